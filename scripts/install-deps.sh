@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs sinkq's build and test dependencies from Debian's packages. Idempotent: packages that
+# are already present are not touched, and apt-get runs only when something is missing.
+set -euo pipefail
+PKGS=(
+  build-essential cmake ninja-build pkg-config
+  nlohmann-json3-dev   # config.json / safetensors headers / tokenizer.json
+  libopenblas-dev      # sgemm for prefill (threaded OpenBLAS)
+  libsentencepiece-dev # tokenizer.model when a model has no tokenizer.json
+  libpcre2-dev         # byte-level BPE pre-tokenizer regexes (look-ahead, \p{L})
+  libcli11-dev         # command line
+  libfmt-dev           # formatting (g++ 12 has no std::format)
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi

@@ -1,0 +1,94 @@
+// sinkq/io/safetensors.h — validated, memory-mapped safetensors reader and atomic writer.
+//
+// File layout: u64 little-endian header length N, N bytes of JSON
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {..}},
+// then the data section; offsets are relative to the start of the data section.
+// Validation before any use: file >= 8 bytes, header length inside the file and <= 100 MB, JSON
+// parses to an object without duplicate names, every entry has dtype/shape/data_offsets, dtype is
+// F32/F16/BF16 (other safetensors dtypes such as I8/F64 get a "valid but not supported" error),
+// dims >= 0, numel(shape) * dtype_size == end - begin, begin <= end <= data size, no two tensors
+// overlap. Gaps between tensors are tolerated. Every error names the file and (where there is one)
+// the tensor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/mmap.h"
+
+namespace sinkq {
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  // Points into the mapping; valid while the file lives. Aligned to the element size for files
+  // from torch/safetensors or write_safetensors, but not guaranteed for arbitrary valid files
+  // (ModelWeights copies such tensors to aligned memory).
+  const std::byte* data = nullptr;
+  size_t nbytes = 0;
+  std::string file;                 // path of the file that holds it (for error messages)
+
+  int64_t numel() const;
+  std::string shape_str() const;    // "[64, 172]"
+};
+
+class SafetensorsFile {
+ public:
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+
+  const std::string& path() const { return map_.path(); }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }  // sorted by name
+  const TensorInfo* find(const std::string& name) const;               // nullptr if absent
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  MappedFile map_;
+  std::vector<TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All tensors of a model directory: `model.safetensors`, or the shards listed in
+// `model.safetensors.index.json` (weight_map: tensor -> shard file). Every shard is validated,
+// every tensor of the index must be in the shard the index names, and no name may be duplicated.
+class TensorStore {
+ public:
+  static TensorStore open_dir(const std::string& dir);
+  static TensorStore open_files(const std::vector<std::string>& paths);
+
+  const TensorInfo* find(const std::string& name) const;
+  // Throws sinkq::Error "missing tensor 'NAME' in DIR" if absent.
+  const TensorInfo& get(const std::string& name) const;
+  std::vector<const TensorInfo*> all() const;  // sorted by name
+  const std::vector<std::shared_ptr<SafetensorsFile>>& files() const { return files_; }
+  const std::string& source() const { return source_; }  // the directory or file for messages
+
+ private:
+  std::vector<std::shared_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorInfo*> by_name_;
+  std::string source_;
+};
+
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::span<const std::byte> bytes;  // numel * dtype_size bytes, little-endian
+};
+
+// Writes a safetensors file atomically (temp file + rename). Header keys are sorted; the data
+// section holds tensors by element size descending, then by name, so that every tensor starts at a
+// multiple of its element size (the header is padded with spaces to a multiple of 8, as torch's
+// writer does). `__metadata__` is written when `metadata` is non-empty. Same inputs ->
+// byte-identical output. Throws sinkq::Error naming the path (and tensor) for duplicate names,
+// negative dims or a byte count that does not match the shape.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace sinkq

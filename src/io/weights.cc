@@ -1,0 +1,190 @@
+// sinkq/io/weights.cc — the one place where HF tensor names become roles.
+//
+// Names (HF Llama / Mistral / Qwen2 layout, all three identical apart from biases):
+//   model.embed_tokens.weight                      [vocab, hidden]
+//   model.layers.{i}.input_layernorm.weight        [hidden]
+//   model.layers.{i}.self_attn.q_proj.weight       [heads*head_dim, hidden]   (+ .bias [q_dim])
+//   model.layers.{i}.self_attn.{k,v}_proj.weight   [kv_heads*head_dim, hidden] (+ .bias [kv_dim])
+//   model.layers.{i}.self_attn.o_proj.weight       [hidden, heads*head_dim]
+//   model.layers.{i}.post_attention_layernorm.weight [hidden]
+//   model.layers.{i}.mlp.{gate,up}_proj.weight     [inter, hidden]
+//   model.layers.{i}.mlp.down_proj.weight          [hidden, inter]
+//   model.norm.weight                              [hidden]
+//   lm_head.weight                                 [vocab, hidden]  (absent when tied)
+// Decisions: with tie_word_embeddings true an lm_head.weight in the files is accepted and ignored
+// (HF ties after loading, so the embedding wins there too). `*.rotary_emb.inv_freq` buffers (old
+// checkpoints) are ignored. Any other unused tensor is an error: a model of another architecture
+// or with biases we would silently drop must not load.
+#include "io/weights.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include "core/error.h"
+
+namespace sinkq {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+class Loader {
+ public:
+  Loader(ModelWeights& w, const std::string& dir) : w_(w), dir_(dir) {}
+
+  // A matrix in its on-disk dtype, viewed in place (copied only if misaligned for its dtype).
+  Mat mat(const std::string& name, int64_t rows, int64_t cols) {
+    const TensorInfo& t = take(name);
+    check_shape(t, {rows, cols});
+    Mat m{t.dtype, rows, cols, t.data, name};
+    if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
+      std::vector<float> buf((t.nbytes + 3) / 4);  // float storage: aligned for every dtype
+      std::memcpy(buf.data(), t.data, t.nbytes);
+      m.data = w_.own(std::move(buf));
+    }
+    return m;
+  }
+
+  // A vector widened to fp32 and owned.
+  const float* vec(const std::string& name, int64_t n) {
+    const TensorInfo& t = take(name);
+    check_shape(t, {n});
+    std::vector<uint8_t> raw(t.nbytes);  // aligned copy: the mapping may not be
+    std::memcpy(raw.data(), t.data, t.nbytes);
+    std::vector<float> out(static_cast<size_t>(n));
+    to_f32(t.dtype, raw.data(), out.data(), size_t(n));
+    return w_.own(std::move(out));
+  }
+
+  bool has(const std::string& name) const { return w_.store.find(name) != nullptr; }
+  void mark_used(const std::string& name) { used_.insert(name); }
+
+  // Everything in the files that no role took.
+  void reject_unused(const ModelConfig& cfg) {
+    std::vector<std::string> extra;
+    for (const TensorInfo* t : w_.store.all()) {
+      if (used_.count(t->name) || ends_with(t->name, ".rotary_emb.inv_freq")) continue;
+      if (ends_with(t->name, ".o_proj.bias"))
+        fail("{}: tensor '{}': o_proj bias is not supported (HF Llama with attention_bias true has "
+             "one; sinkq supports q/k/v biases only)", t->file, t->name);
+      if (ends_with(t->name, "_proj.bias"))
+        fail("{}: tensor '{}': a bias that config {} does not declare (qkv_bias {}); {} biases are "
+             "not supported", t->file, t->name, cfg.architecture, cfg.qkv_bias,
+             ends_with(t->name, "q_proj.bias") || ends_with(t->name, "k_proj.bias") ||
+                     ends_with(t->name, "v_proj.bias")
+                 ? "undeclared q/k/v"
+                 : "MLP");
+      extra.push_back(t->name);
+    }
+    if (extra.empty()) return;
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 8; ++i) list += fmt::format("{}'{}'", i ? ", " : "", extra[i]);
+    if (extra.size() > 8) list += fmt::format(" and {} more", extra.size() - 8);
+    fail("{}: {} tensor(s) that a {} model with {} layers does not have: {}", dir_, extra.size(),
+         cfg.architecture, cfg.num_layers, list);
+  }
+
+ private:
+  const TensorInfo& take(const std::string& name) {
+    const TensorInfo* t = w_.store.find(name);
+    if (!t) fail("missing tensor '{}' in {}", name, dir_);
+    used_.insert(name);
+    return *t;
+  }
+  static void check_shape(const TensorInfo& t, const std::vector<int64_t>& want) {
+    if (t.shape != want)
+      fail("{}: tensor '{}' has shape {}, expected [{}]", t.file, t.name, t.shape_str(),
+           fmt::join(want, ", "));
+  }
+
+  ModelWeights& w_;
+  const std::string& dir_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) {
+  ModelWeights w;
+  w.store = TensorStore::open_dir(dir);
+  Loader ld(w, dir);
+  const int64_t hidden = cfg.hidden_size, inter = cfg.intermediate_size, vocab = cfg.vocab_size;
+  const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
+
+  w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
+  w.layers.resize(size_t(cfg.num_layers));
+  for (int i = 0; i < cfg.num_layers; ++i) {
+    LayerWeights& L = w.layers[size_t(i)];
+    const std::string p = fmt::format("model.layers.{}.", i);
+    L.attn_norm = ld.vec(p + "input_layernorm.weight", hidden);
+    L.wq = ld.mat(p + "self_attn.q_proj.weight", q_dim, hidden);
+    L.wk = ld.mat(p + "self_attn.k_proj.weight", kv_dim, hidden);
+    L.wv = ld.mat(p + "self_attn.v_proj.weight", kv_dim, hidden);
+    L.wo = ld.mat(p + "self_attn.o_proj.weight", hidden, q_dim);
+    if (cfg.qkv_bias) {
+      L.bq = ld.vec(p + "self_attn.q_proj.bias", q_dim);
+      L.bk = ld.vec(p + "self_attn.k_proj.bias", kv_dim);
+      L.bv = ld.vec(p + "self_attn.v_proj.bias", kv_dim);
+    }
+    L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", hidden);
+    L.w_gate = ld.mat(p + "mlp.gate_proj.weight", inter, hidden);
+    L.w_up = ld.mat(p + "mlp.up_proj.weight", inter, hidden);
+    L.w_down = ld.mat(p + "mlp.down_proj.weight", hidden, inter);
+  }
+  w.final_norm = ld.vec("model.norm.weight", hidden);
+
+  if (cfg.tie_word_embeddings) {
+    w.lm_head = w.embed;
+    if (ld.has("lm_head.weight")) ld.mark_used("lm_head.weight");  // ignored, as HF does
+  } else {
+    if (!ld.has("lm_head.weight"))
+      fail("{}: config has tie_word_embeddings false but there is no tensor 'lm_head.weight'", dir);
+    w.lm_head = ld.mat("lm_head.weight", vocab, hidden);
+  }
+  ld.reject_unused(cfg);
+  return w;
+}
+
+const float* ModelWeights::own(std::vector<float> v) {
+  owned.push_back(std::move(v));  // deque: earlier elements never move
+  return owned.back().data();
+}
+
+int64_t ModelWeights::parameter_count() const {
+  auto n = [](const Mat& m) { return m.rows * m.cols; };
+  const int64_t hidden = embed.cols;
+  int64_t total = n(embed);
+  for (const LayerWeights& L : layers) {
+    total += 2 * hidden;  // attn_norm, mlp_norm
+    total += n(L.wq) + n(L.wk) + n(L.wv) + n(L.wo) + n(L.w_gate) + n(L.w_up) + n(L.w_down);
+    if (L.bq) total += L.wq.rows;
+    if (L.bk) total += L.wk.rows;
+    if (L.bv) total += L.wv.rows;
+  }
+  if (final_norm) total += hidden;
+  if (lm_head.data != embed.data) total += n(lm_head);  // tied: counted once
+  return total;
+}
+
+ModelFiles ModelFiles::load(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) fail("model directory '{}' does not exist", dir);
+  if (!fs::is_directory(dir, ec)) fail("model path '{}' is not a directory", dir);
+  const std::string cfg_path = dir + "/config.json";
+  if (!fs::exists(cfg_path, ec)) fail("model directory '{}' has no config.json", dir);
+  ModelFiles m;
+  m.dir = dir;
+  m.config = ModelConfig::load(cfg_path);
+  m.weights = ModelWeights::load(dir, m.config);
+  return m;
+}
+
+}  // namespace sinkq

@@ -1,0 +1,19 @@
+// sinkq/kernels/cpu_features.h — which SIMD path the kernels take.
+//
+// Detected once with __builtin_cpu_supports. SINKQ_ISA=scalar|avx2|avx512 in the environment
+// forces a lower path (never a higher one than the CPU has: that is an error), so the AVX2 and
+// scalar paths stay tested on AVX-512 machines.
+#pragma once
+
+#include <string_view>
+
+namespace sinkq {
+
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+
+Isa detected_isa();               // best the CPU supports (AVX2 requires FMA+F16C; AVX-512 F+BW+VL)
+Isa active_isa();                 // detected, or forced by SINKQ_ISA / set_isa
+void set_isa(Isa isa);            // for tests; throws sinkq::Error if above detected_isa()
+std::string_view isa_name(Isa isa);
+
+}  // namespace sinkq

@@ -1,0 +1,77 @@
+// sinkq/kernels/ops.h — the fp32 operators of the forward pass.
+//
+// Shapes: weights [out, in] row-major (HF nn.Linear); activations [tokens, features] row-major.
+// Each op has a plain scalar reference in namespace sinkq::ref (ops_ref.cc) that tests hold the
+// fast versions to. Fast versions use OpenBLAS sgemm for T > 1 and hand-written AVX2 / AVX-512
+// GEMV for T == 1, chosen at run time (cpu_features.h); both cores through OpenMP.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "io/config.h"
+#include "io/weights.h"
+
+namespace sinkq {
+
+// y[T, out] = x[T, in] · W^T (+ bias[out] if non-null). W: [out, in] in F32/F16/BF16.
+// Accumulates in fp32. y must not alias x.
+void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y);
+
+// y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   (HF LlamaRMSNorm, fp32). y may alias x.
+void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
+
+// Gathers rows of the embedding table (any dtype) into fp32 out[T, hidden].
+// Throws sinkq::Error if an id is outside [0, vocab).
+void embed_rows(const Mat& table, std::span<const int32_t> ids, float* out);
+
+// RoPE tables: inv_freq[head_dim/2] with rope_scaling applied (HF _compute_llama3_parameters
+// for "llama3"; linear scaling divides positions by factor), cos/sin computed per position on
+// the fly in double, then rounded to fp32 like HF computes them in fp32.
+struct RopeTable {
+  int head_dim = 0;
+  std::vector<float> inv_freq;       // [head_dim/2]
+  float position_scale = 1.0f;       // 1/factor for "linear"
+  static RopeTable make(const ModelConfig& cfg);
+};
+
+// In-place rotate_half RoPE (HF convention: pairs (i, i + head_dim/2)) on x[T, n_heads, head_dim]
+// with absolute positions pos[T].
+void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos);
+
+// g[T, n] = silu(g) * u   (SwiGLU); in place on g.
+void silu_mul(float* g, const float* u, int64_t T, int64_t n);
+
+// Numerically stable softmax over x[n] in place.
+void softmax(float* x, int64_t n);
+
+// Causal GQA attention for T new queries against a KV cache.
+// q: [T, n_heads, head_dim] (after RoPE); K/V cache: [n_ctx, n_kv_heads, head_dim] with the T new
+// rows already written at rows [n_past, n_past + T). Query t sits at cache row n_past + t and
+// attends rows [max(0, n_past+t-window+1) .. n_past + t] (window = 0: no sliding window).
+// out: [T, n_heads, head_dim]. scale = 1/sqrt(head_dim). Parallel over (token, head).
+struct AttnShape {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int sliding_window = 0;
+};
+void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
+               int64_t n_past, int64_t T, float* out);
+
+namespace ref {
+// Scalar references: straightforward loops, double accumulation where it clarifies intent.
+void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y);
+void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
+void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos);
+void silu_mul(float* g, const float* u, int64_t T, int64_t n);
+void softmax(float* x, int64_t n);
+void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
+               int64_t n_past, int64_t T, float* out);
+}  // namespace ref
+
+// Number of worker threads the kernels use (OpenMP and OpenBLAS); default: all cores, or
+// SINKQ_THREADS from the environment.
+int num_threads();
+void set_num_threads(int n);
+
+}  // namespace sinkq

@@ -1,0 +1,70 @@
+// sinkq/tokenizer/tokenizer.h — text <-> token ids, matching HF tokenizers / sentencepiece exactly.
+//
+// Loading from a model directory:
+//   tokenizer.json (HF tokenizers format) if present:
+//     - SentencePiece-style BPE with byte fallback (Llama-2, Mistral, Phi-3, TinyLlama, stories260K):
+//       normalizer Prepend("▁") + Replace(" ", "▁"), or a Metaspace pre-tokenizer; BPE model with
+//       merges; byte_fallback <0xNN> pieces; decoder Replace/ByteFallback/Fuse/Strip.
+//     - byte-level BPE (GPT-2, Llama-3, Qwen2): ByteLevel pre-tokenizer (+ Split with a regex,
+//       run with PCRE2 so look-aheads and \p{..} classes work), GPT-2 byte<->unicode map.
+//     - added_tokens (special or not) are matched in the raw text before the model runs.
+//   else tokenizer.model through the sentencepiece library.
+//   tokenizer_config.json (optional): add_bos_token / add_eos_token, bos/eos token strings.
+//   config.json bos/eos ids are the fallback for BOS/EOS ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sinkq {
+
+struct EncodeOptions {
+  // Add BOS/EOS as tokenizer_config.json says (add_bos_token / add_eos_token, or the
+  // post-processor template of tokenizer.json). false = raw text only.
+  bool add_special = true;
+  // Match special added tokens ("<s>", "<|begin_of_text|>") in the text. HF does; sentencepiece
+  // and llama.cpp's tests (parse_special=false) do not.
+  bool parse_special = true;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  // Throws sinkq::Error naming the file if nothing usable is found or a file is malformed.
+  static std::unique_ptr<Tokenizer> load(const std::string& model_dir);
+  // Loads an explicit tokenizer.json (+ optional tokenizer_config.json beside it).
+  static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path);
+  // Loads an explicit sentencepiece tokenizer.model.
+  static std::unique_ptr<Tokenizer> from_sentencepiece(const std::string& path);
+
+  virtual std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt = {}) const = 0;
+  // Decodes ids to text; special tokens (BOS/EOS) are skipped when skip_special.
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special = true) const = 0;
+  // Text of one token for streaming / display (the raw piece, bytes resolved; may be a partial
+  // UTF-8 sequence for byte-fallback tokens).
+  virtual std::string token_text(int32_t id) const = 0;
+  virtual int vocab_size() const = 0;
+  virtual int bos_id() const = 0;   // -1 if none
+  virtual int eos_id() const = 0;   // -1 if none
+  virtual bool add_bos() const = 0; // whether encode(add_special) prepends BOS
+  virtual std::string kind() const = 0;  // "bpe-spm" | "bpe-bytelevel" | "sentencepiece"
+};
+
+// Streams text token by token: keeps incomplete UTF-8 bytes (from byte fallback / byte-level
+// tokens) until they complete; handles the SentencePiece leading-space rule.
+class StreamDecoder {
+ public:
+  explicit StreamDecoder(const Tokenizer& t) : tok_(t) {}
+  // Returns the text that became printable after appending `id`.
+  std::string push(int32_t id);
+  std::string flush();
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> ids_;
+  std::string emitted_;
+};
+
+}  // namespace sinkq

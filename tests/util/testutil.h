@@ -1,0 +1,70 @@
+// tests/util/testutil.h — helpers shared by the test binaries.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace sinkq::testing {
+
+// ../shared beside the checkout (models, golden outputs, tokenizers, data).
+std::string shared_dir();
+
+// A fresh directory under $TMPDIR, removed (recursively) on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A tiny random-weight HF model directory (config.json + safetensors, optional shards + index).
+struct TinyModelSpec {
+  std::string architecture = "LlamaForCausalLM";  // | MistralForCausalLM | Qwen2ForCausalLM | any string
+  int hidden = 32, intermediate = 48, layers = 2, heads = 4, kv_heads = 2;
+  int head_dim = 0;            // 0: omit from config (hidden / heads); else written explicitly
+  int vocab = 512, max_pos = 128;
+  bool tied = false;
+  bool qkv_bias = false;       // written for Qwen2 (always has biases) or Llama attention_bias
+  sinkq::DType dtype = sinkq::DType::F32;
+  int shards = 1;              // > 1: model-0000k-of-0000n.safetensors + model.safetensors.index.json
+  float rope_theta = 10000.0f;
+  nlohmann::json rope_scaling = nullptr;  // e.g. {"rope_type":"llama3","factor":8,...}
+  int sliding_window = 0;
+  uint64_t seed = 1;
+  float init_scale = 0.08f;    // weights ~ U(-s, s); norms ~ 1 + U(-0.1, 0.1)
+  bool link_tokenizer = true;  // symlink stories260K's tokenizer files into the dir (vocab 512)
+};
+// Writes config.json, the safetensors file(s) (+ index when sharded) and, if asked, tokenizer
+// symlinks into `dir` (which must exist). Deterministic for a given spec.
+void write_tiny_model(const std::string& dir, const TinyModelSpec& spec);
+
+// The tensors write_tiny_model writes for `spec`, by HF name: dtype, shape and the exact
+// little-endian bytes in the file. Tests compare loaded weights against these.
+struct TinyTensor {
+  sinkq::DType dtype = sinkq::DType::F32;
+  std::vector<int64_t> shape;
+  std::vector<std::byte> bytes;
+};
+std::map<std::string, TinyTensor> tiny_model_tensors(const TinyModelSpec& spec);
+// config.json that write_tiny_model writes for `spec`.
+nlohmann::json tiny_model_config(const TinyModelSpec& spec);
+
+// Bytes of a hand-made safetensors file: u64 LE header.size(), header verbatim (no padding, no
+// validation), data. For crafting malformed files; tamper with the result as needed.
+std::string raw_safetensors(std::string_view header, std::string_view data = {});
+
+}  // namespace sinkq::testing

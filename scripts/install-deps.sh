@@ -8,6 +8,7 @@ PKGS=(
   libopenblas-dev      # sgemm for prefill (threaded OpenBLAS)
   libsentencepiece-dev # tokenizer.model when a model has no tokenizer.json
   libpcre2-dev         # byte-level BPE pre-tokenizer regexes (look-ahead, \p{L})
+  libicu-dev           # Unicode normalizers of tokenizer.json (NFC for Qwen2)
   libcli11-dev         # command line
   libfmt-dev           # formatting (g++ 12 has no std::format)
   libgtest-dev libgmock-dev libbenchmark-dev

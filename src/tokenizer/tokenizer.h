@@ -11,6 +11,12 @@
 //   else tokenizer.model through the sentencepiece library.
 //   tokenizer_config.json (optional): add_bos_token / add_eos_token, bos/eos token strings.
 //   config.json bos/eos ids are the fallback for BOS/EOS ids.
+// Notes (see the .cc files for the reasons):
+//   - Text between added tokens is normalized on its own, so Llama's Prepend('▁') applies after
+//     "</s>" too (llama.cpp / HF-slow behaviour; golden vectors depend on it).
+//   - Invalid UTF-8 input becomes U+FFFD on the tokenizer.json path (as a Rust/Python string).
+//   - vocab_size() counts the tokenizer's ids; a model's embedding may have more rows (padding).
+//   - Implementation: src/tokenizer/{hf_tokenizer,bpe,hf_pretokenize,hf_decoder,sp_tokenizer}.cc.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +57,17 @@ class Tokenizer {
   virtual int eos_id() const = 0;   // -1 if none
   virtual bool add_bos() const = 0; // whether encode(add_special) prepends BOS
   virtual std::string kind() const = 0;  // "bpe-spm" | "bpe-bytelevel" | "sentencepiece"
+
+  // ---- Additions (non-pure, so other implementations of this interface keep compiling) ----
+  // Like decode() but keeps bytes that do not (yet) form valid UTF-8 instead of replacing them
+  // by U+FFFD. StreamDecoder relies on it. Default: decode().
+  virtual std::string decode_bytes(const std::vector<int32_t>& ids, bool skip_special = true) const {
+    return decode(ids, skip_special);
+  }
+  // Id of a token given its vocabulary string ("<|im_end|>", "</s>", "▁the"), -1 if none.
+  virtual int32_t token_to_id(std::string_view token) const { return -1; }
+  // Whether decode(skip_special=true) drops this id (BOS/EOS, control and special added tokens).
+  virtual bool is_special(int32_t id) const { return id >= 0 && (id == bos_id() || id == eos_id()); }
 };
 
 // Streams text token by token: keeps incomplete UTF-8 bytes (from byte fallback / byte-level
@@ -63,8 +80,9 @@ class StreamDecoder {
   std::string flush();
  private:
   const Tokenizer& tok_;
-  std::vector<int32_t> ids_;
-  std::string emitted_;
+  std::vector<int32_t> ids_;  // ids_[start_:] is the window that is re-decoded on each push
+  std::string emitted_;       // bytes already returned for that window
+  size_t start_ = 0;
 };
 
 }  // namespace sinkq

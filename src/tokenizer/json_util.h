@@ -1,0 +1,59 @@
+// sinkq/tokenizer/json_util.h — typed access to tokenizer JSON files with errors that name the
+// file and the field (internal header).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sinkq::tok {
+
+// Parses a JSON document; throws "<file>: malformed JSON: ..." on syntax errors.
+inline nlohmann::json parse_json_file_text(const std::string& text, const std::string& file) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: malformed JSON: {}", file, e.what());
+  }
+}
+
+inline const nlohmann::json* json_find(const nlohmann::json& j, const char* key) {
+  if (!j.is_object()) return nullptr;
+  auto it = j.find(key);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+inline std::string json_string(const nlohmann::json& j, const char* key, const std::string& file,
+                               const std::string& field) {
+  const nlohmann::json* v = json_find(j, key);
+  SINKQ_CHECK(v && v->is_string(), "{}: {}.{} is missing or not a string", file, field, key);
+  return v->get<std::string>();
+}
+
+inline std::string json_string_or(const nlohmann::json& j, const char* key, const std::string& dflt,
+                                  const std::string& file, const std::string& field) {
+  const nlohmann::json* v = json_find(j, key);
+  if (!v) return dflt;
+  SINKQ_CHECK(v->is_string(), "{}: {}.{} is not a string", file, field, key);
+  return v->get<std::string>();
+}
+
+inline bool json_bool_or(const nlohmann::json& j, const char* key, bool dflt, const std::string& file,
+                         const std::string& field) {
+  const nlohmann::json* v = json_find(j, key);
+  if (!v) return dflt;
+  SINKQ_CHECK(v->is_boolean(), "{}: {}.{} is not a boolean", file, field, key);
+  return v->get<bool>();
+}
+
+inline int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t dflt, const std::string& file,
+                           const std::string& field) {
+  const nlohmann::json* v = json_find(j, key);
+  if (!v) return dflt;
+  SINKQ_CHECK(v->is_number_integer(), "{}: {}.{} is not an integer", file, field, key);
+  return v->get<int64_t>();
+}
+
+}  // namespace sinkq::tok

@@ -1,0 +1,91 @@
+// sinkq/quant/crossquant.h — CrossQuant (symmetric, per-element scale from row and column maxima).
+//
+// For X[rows, cols] (activations [tokens, features]; or a weight [out, in]):
+//   t_i = max_j |X_ij|  (row abs-max, always from the row itself)
+//   c_j = column abs-max (see ColumnMode for which rows it is taken over)
+//   s_ij = f_ij / (2^(N-1) - 1),   f_ij = fl32(t_i^α · c_j^(1-α))   (t^α c^(1-α) in double, one rounding)
+//   q_ij = clamp(rne(X_ij / s_ij), -2^(N-1), 2^(N-1) - 1),   X̂_ij = s_ij · q_ij
+// α = 1 is per-token quantization bit for bit; α = 0.15 is the paper's default. The same element
+// rule as quantizer.h (round half to even, clamp before rounding, FLT_MIN zero guard on s_ij).
+//
+// Decode-time column maxima (ColumnMode, see docs/quant.md): with one token per call the per-call
+// maximum is c_j = |x_j| and the "quantization" degenerates (each scale carries its own element),
+// so generation needs column maxima that do not come from the element being quantized:
+//   Static     (default) c = column abs-max over calibration data, frozen. Causal, identical in
+//              prefill and decode, and deployable: c^(1-α) is a per-channel factor that folds into
+//              the next weight (SmoothQuant-style), leaving a per-token int8 GEMM. Values above c_j
+//              at inference are clamped.
+//   RunningMax c_j = max over the rows of this sequence so far, INCLUDING the row being quantized,
+//              row by row (causal: row i never sees rows after it), started from the calibrated c
+//              if there is one (else from 0, so the first token is nearly lossless). Row-by-row
+//              decode equals one prefill call bit for bit. reset() starts a new sequence.
+//   PerCall    c_j = max over the rows of this call: the paper's whole-sequence evaluation (and
+//              the natural mode for weights). Not causal: earlier tokens depend on later ones;
+//              do not use for generation.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "quant/quantizer.h"
+
+namespace sinkq::quant {
+
+enum class ColumnMode : uint8_t { Static, RunningMax, PerCall };
+std::string_view column_mode_name(ColumnMode m);
+ColumnMode parse_column_mode(std::string_view name);  // "static", "running_max", "per_call"
+
+struct CrossQuantSpec {
+  int bits = 8;         // N, 2..8
+  float alpha = 0.15f;  // 0 <= α <= 1
+  ColumnMode columns = ColumnMode::Static;
+};
+void validate(const CrossQuantSpec& spec);  // throws naming "bits" / "alpha"
+
+// The element-wise scale s_ij from t_i, c_j (exposed for tests and kernels).
+float crossquant_scale(const CrossQuantSpec& spec, float t, float c);
+
+// One quantizer per (site, layer): holds the calibrated and running column maxima.
+class CrossQuantizer {
+ public:
+  CrossQuantizer(const CrossQuantSpec& spec, int64_t cols);
+
+  const CrossQuantSpec& spec() const { return spec_; }
+  int64_t cols() const { return cols_; }
+
+  // Static calibration: c_j = max(c_j, max_i |x_ij|) over every call. Also seeds RunningMax.
+  void calibrate(const float* x, int64_t rows, int64_t cols);
+  // Sets the calibrated column maxima directly (loaded from a file): [cols], finite, >= 0.
+  void set_column_max(std::vector<float> c);
+  bool calibrated() const { return calibrated_; }
+  const std::vector<float>& calibrated_column_max() const { return cal_c_; }
+
+  // RunningMax: forget the tokens seen (new sequence); the calibrated seed stays.
+  void reset();
+  const std::vector<float>& running_column_max() const { return run_c_; }
+
+  // Fake-quantizes x[rows, cols] in place. Static without calibration throws. RunningMax
+  // advances its state. If kc is given, the quantization kernel of this call is added to it.
+  void apply(float* x, int64_t rows, int64_t cols, KernelCount* kc = nullptr);
+
+  // The integer path of apply(): q[rows, cols] codes in [-2^(N-1), 2^(N-1)-1] and the scale of
+  // every element scale[rows, cols], so x̂ = scale · q. Advances RunningMax like apply().
+  void quantize(const float* x, int64_t rows, int64_t cols, int8_t* q, float* scale);
+
+  // Kernel fraction of quantizing x with the current state; does not change any state.
+  double kernel_fraction(const float* x, int64_t rows, int64_t cols) const;
+
+ private:
+  // Core: for each row, the column maxima to use are chosen per mode; emit(i, j, level, s).
+  template <class Emit>
+  void run(const float* x, int64_t rows, int64_t cols, Emit&& emit);
+
+  CrossQuantSpec spec_;
+  int64_t cols_;
+  bool calibrated_ = false;
+  std::vector<float> cal_c_;   // [cols] calibrated column abs-max
+  std::vector<float> run_c_;   // [cols] running column abs-max of the current sequence
+};
+
+}  // namespace sinkq::quant

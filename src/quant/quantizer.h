@@ -1,0 +1,170 @@
+// sinkq/quant/quantizer.h — the one uniform-integer quantizer definition of the project.
+//
+// The simulator (fake_quant: quantize -> dequantize in fp32, applied at activation sites and to
+// weights) and the real integer kernels (quantize_to_int / dequantize, later SIMD) use exactly
+// these definitions; docs/quant.md states every convention and the reason for it.
+//
+// Data layout: a row-major matrix X[rows, cols] (activations: [tokens, features]; weights:
+// [out, in] as in HF nn.Linear).
+//
+// Integer grid (N = bits, 2..8), x̂ = dequantized value:
+//   symmetric   q = clamp(rne(x / s), -2^(N-1), 2^(N-1)-1)        x̂ = s·q
+//               s = clip·absmax / (2^(N-1)-1)                      (PrefixQuant eq. 1)
+//   asymmetric  q = clamp(rne(x / s) + z, 0, 2^N - 1)              x̂ = s·(q - z)
+//               lo = min(min x, 0), hi = max(max x, 0)              (the range always holds 0)
+//               s = clip·(hi - lo) / (2^N - 1),  z = clamp(rne(-clip·lo / s), 0, 2^N - 1)
+// rne = round half to even (std::nearbyint in the default FE_TONEAREST mode), x / s is a true
+// fp32 division (not a multiplication by 1/s). A scale that would be 0 (all-zero group) or
+// subnormal is raised to FLT_MIN, so nothing divides by zero and no NaN can appear.
+//
+// Static vs dynamic: dynamic = compute_params() on the data of each call; static = params computed
+// once on calibration data (compute_params, or Calibrator over many batches) and stored. Both then
+// go through the same fake_quant / quantize_to_int, so calibrating on the tensor itself equals the
+// dynamic result bit for bit.
+#pragma once
+
+#include <cfloat>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sinkq::quant {
+
+// Which elements of X[rows, cols] share one (scale, zero point). "Channel" is deliberately not a
+// name here: a weight's channel is a row (output channel) but an activation's channel is a column.
+enum class Granularity : uint8_t {
+  PerTensor,      // all elements                          params [1, 1]
+  PerRow,         // row i                                  params [rows, 1]
+                  //   weights: per output channel; activations: per token
+  PerColumn,      // column j, all rows                     params [1, cols]
+                  //   activations: per channel (e.g. KVQuant's per-channel Keys)
+  PerGroup,       // row i, columns [g·G, (g+1)·G), G = group_size     params [rows, cols/G]
+                  //   weights: "g128" group-wise quantization along the input dimension
+  PerHead,        // row i, columns of head h (G = head_dim)            params [rows, cols/head_dim]
+                  //   per-token-per-head (dynamic KV cache quantization)
+  PerHeadShared,  // columns of head h, all rows                        params [1, cols/head_dim]
+                  //   one scale per head for every token (PrefixQuant's static per-head KV)
+};
+
+std::string_view granularity_name(Granularity g);
+// Accepts the names above in snake_case ("per_tensor", "per_row", ...) and the aliases
+// "per_token" / "per_output_channel" (= per_row) and "per_channel_activation" (= per_column).
+// Plain "per_channel" is rejected as ambiguous. Throws sinkq::Error naming the value.
+Granularity parse_granularity(std::string_view name);
+
+struct QuantSpec {
+  int bits = 8;                   // N, 2..8
+  bool symmetric = true;
+  Granularity granularity = Granularity::PerTensor;
+  int group_size = 0;             // PerGroup only: columns per group; must divide cols
+  int head_dim = 0;               // PerHead / PerHeadShared only: must divide cols
+  float clip_ratio = 1.0f;        // 0 < r <= 1: the range is shrunk to r·(range) before s is set
+};
+
+// Throws sinkq::Error naming the field ("bits", "clip_ratio", "group_size", "head_dim") when the
+// spec is invalid on its own; the second form also checks it against a [rows, cols] shape.
+void validate(const QuantSpec& spec);
+void validate(const QuantSpec& spec, int64_t rows, int64_t cols);
+std::string describe(const QuantSpec& spec);  // e.g. "int4 sym per_group(g=128) clip=0.9"
+
+// Integer range of the codes q as defined above (symmetric: [-2^(N-1), 2^(N-1)-1];
+// asymmetric: [0, 2^N - 1]).
+inline int qmin(const QuantSpec& s) { return s.symmetric ? -(1 << (s.bits - 1)) : 0; }
+inline int qmax(const QuantSpec& s) { return s.symmetric ? (1 << (s.bits - 1)) - 1 : (1 << s.bits) - 1; }
+// Offset subtracted from q before it is stored as int8 (0 symmetric, 2^(N-1) asymmetric), so
+// every code of every mode fits int8_t: stored c = q - code_offset, x̂ = s·(c + code_offset - z).
+inline int code_offset(const QuantSpec& s) { return s.symmetric ? 0 : (1 << (s.bits - 1)); }
+
+// Quantization parameters of one tensor. Layout: row-major [prow, pcol] where
+//   prow = 1 (row-shared granularities: PerTensor, PerColumn, PerHeadShared) or rows,
+//   pcol = cols / col_block, and element (i, j) uses entry [prow == 1 ? 0 : i, j / col_block].
+// col_block = cols (PerTensor, PerRow), 1 (PerColumn), group_size (PerGroup), head_dim (PerHead*).
+// Row-shared params apply to any number of rows (static activation quantization); per-row params
+// only to exactly `prow` rows (weights, or a dynamic call).
+struct Params {
+  Granularity granularity = Granularity::PerTensor;
+  int bits = 0;
+  bool symmetric = true;
+  int64_t prow = 0, pcol = 0, col_block = 0;
+  std::vector<float> scale;    // [prow, pcol], every entry >= FLT_MIN
+  std::vector<int32_t> zero;   // [prow, pcol], z in [0, 2^N - 1]; empty when symmetric
+  int64_t cols() const { return pcol * col_block; }
+};
+
+// Dynamic parameters from the data of x[rows, cols] (values must be finite: throws otherwise).
+Params compute_params(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols);
+
+// Accumulates ranges over many calls for static calibration: params() equals compute_params()
+// on the row-concatenation of everything observed (max/min are order independent: bit-exact).
+// Per-row granularities require the same number of rows in every call (weights).
+class Calibrator {
+ public:
+  explicit Calibrator(const QuantSpec& spec);
+  void observe(const float* x, int64_t rows, int64_t cols);
+  bool empty() const { return rows_seen_ == 0; }
+  Params params() const;  // throws if nothing was observed
+
+ private:
+  QuantSpec spec_;
+  int64_t rows_seen_ = 0, prow_ = 0, pcol_ = 0, col_block_ = 0, cols_ = 0;
+  std::vector<float> lo_, hi_;  // per group: min/max (asymmetric) or 0/absmax (symmetric)
+};
+
+// Quantize -> dequantize x[rows, cols] in place (fp32 simulation). Throws if params do not fit
+// the spec or the shape (naming "params"). Non-finite inputs: ±inf clamp to the range ends, NaN
+// maps to the lowest code (never UB); values are otherwise expected finite.
+void fake_quant(const QuantSpec& spec, const Params& p, float* x, int64_t rows, int64_t cols);
+
+// compute_params + fake_quant; returns the params used.
+Params fake_quant_dynamic(const QuantSpec& spec, float* x, int64_t rows, int64_t cols);
+
+// The integer path: q[rows, cols] int8 codes (c = q - code_offset, see above) and back.
+// dequantize(quantize_to_int(x)) == fake_quant(x) bit for bit.
+void quantize_to_int(const QuantSpec& spec, const Params& p, const float* x, int64_t rows,
+                     int64_t cols, int8_t* q);
+void dequantize(const QuantSpec& spec, const Params& p, const int8_t* q, int64_t rows, int64_t cols,
+                float* x);
+
+// Quantization kernel (CrossQuant Def. 1): counts of nonzero inputs whose dequantized value is 0
+// (q == z). Under round-half-even that is |x/s| <= 0.5, i.e. the zero bound B = s/2 inclusive.
+struct KernelCount {
+  int64_t nonzero = 0;  // elements with x != 0
+  int64_t zeroed = 0;   // of those, elements quantized to 0
+  double fraction() const { return nonzero ? double(zeroed) / double(nonzero) : 0.0; }
+  KernelCount& operator+=(const KernelCount& o) {
+    nonzero += o.nonzero;
+    zeroed += o.zeroed;
+    return *this;
+  }
+};
+KernelCount kernel_count(const QuantSpec& spec, const Params& p, const float* x, int64_t rows,
+                         int64_t cols);
+double kernel_fraction(const QuantSpec& spec, const Params& p, const float* x, int64_t rows,
+                       int64_t cols);
+
+namespace detail {
+// Round half to even for |v| <= 2^22, in the default FE_TONEAREST mode: adding 1.5·2^23 moves v
+// into [2^23, 2^24) where the fp32 spacing is exactly 1, so the addition itself rounds v to an
+// integer with ties to even; subtracting is then exact. Same result as std::nearbyint (tested),
+// but branch-free and vectorizable; it must not be compiled with -ffast-math (reassociation).
+inline float rne_small(float v) {
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
+  return (v + kMagic) - kMagic;
+}
+// The zero guard of every scale: 0, subnormal or NaN scales become FLT_MIN (so x / s is never
+// 0/0; an all-zero group still quantizes to exact zeros).
+inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
+// One element: clamp(rne(x / s) + z, qlo, qhi) with the clamp done before rounding on integer
+// bounds lo = qlo - z, hi = qhi - z (identical result: rne is monotone and the bounds are
+// integers; it keeps |v| small for rne_small and maps NaN to the lowest code).
+// Returns q - z, the signed level: x̂ = s · level.
+inline float level(float x, float s, float lo, float hi) {
+  float v = x / s;
+  v = v > lo ? v : lo;  // NaN compares false -> lo (same as fmax, but maps to one maxps)
+  v = v < hi ? v : hi;
+  return rne_small(v);
+}
+}  // namespace detail
+
+}  // namespace sinkq::quant

@@ -1,0 +1,260 @@
+// tests/quant/crossquant_test.cc — CrossQuant: α = 1 is per-token, the element-wise scale formula,
+// the smaller quantization kernel with an outlier token, and the decode-time column modes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "quant/crossquant.h"
+#include "quant/quantizer.h"
+
+namespace sinkq::quant {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr double kU = 0x1p-24;
+
+std::vector<float> randn(std::mt19937_64& rng, size_t n, float sigma = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Activations with an outlier token: row 0 carries a massive value (an attention-sink-like token
+// with |x| = 1000 in one channel), every other entry is N(0, 1).
+std::vector<float> outlier_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> x = randn(rng, size_t(rows * cols));
+  x[3] = 1000.0f;
+  return x;
+}
+
+TEST(CrossQuant, AlphaOneIsPerTokenExactly) {
+  const int64_t rows = 16, cols = 64;
+  const std::vector<float> x = outlier_matrix(rows, cols, 1);
+  for (int bits : {4, 8}) {
+    QuantSpec pt;
+    pt.bits = bits;
+    pt.symmetric = true;
+    pt.granularity = Granularity::PerRow;
+    std::vector<float> want = x;
+    fake_quant_dynamic(pt, want.data(), rows, cols);
+    for (ColumnMode m : {ColumnMode::PerCall, ColumnMode::Static, ColumnMode::RunningMax}) {
+      CrossQuantizer cq({bits, 1.0f, m}, cols);
+      if (m == ColumnMode::Static) cq.calibrate(x.data(), 2, cols);  // any c: c^0 = 1
+      std::vector<float> got = x;
+      cq.apply(got.data(), rows, cols);
+      EXPECT_TRUE(same_bits(got, want)) << "bits " << bits << " mode " << column_mode_name(m);
+    }
+  }
+}
+
+TEST(CrossQuant, ScaleFormulaElementWise) {
+  // s_ij = t_i^α c_j^(1-α) / (2^(N-1) - 1): ours takes the powers and product in double (rel.
+  // error ~1e-16), rounds once to fp32 (u) and divides in fp32 (u): |s - exact| <= 2.01 u·exact.
+  const int64_t rows = 8, cols = 32;
+  const std::vector<float> x = outlier_matrix(rows, cols, 2);
+  for (float alpha : {0.0f, 0.15f, 0.5f, 0.85f}) {
+    const CrossQuantSpec spec{8, alpha, ColumnMode::PerCall};
+    CrossQuantizer cq(spec, cols);
+    std::vector<int8_t> q(x.size());
+    std::vector<float> sc(x.size());
+    cq.quantize(x.data(), rows, cols, q.data(), sc.data());
+    std::vector<long double> t(size_t(rows), 0), c(size_t(cols), 0);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const long double a = std::fabs(x[size_t(i * cols + j)]);
+        t[size_t(i)] = std::max(t[size_t(i)], a);
+        c[size_t(j)] = std::max(c[size_t(j)], a);
+      }
+    std::vector<float> fq = x;
+    CrossQuantizer(spec, cols).apply(fq.data(), rows, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) {
+        const size_t k = size_t(i * cols + j);
+        const long double exact = std::pow(t[size_t(i)], (long double)alpha) *
+                                  std::pow(c[size_t(j)], 1.0L - alpha) / 127.0L;
+        ASSERT_LE(std::fabs(sc[k] - exact), 2.01L * kU * exact) << "alpha " << alpha << " at " << i << "," << j;
+        EXPECT_EQ(sc[k], crossquant_scale(spec, float(t[size_t(i)]), float(c[size_t(j)])));
+        // q = clamp(rne(x/s)) with that very s, and x̂ = s·q is what apply() writes.
+        const float want_q = std::fmin(std::fmax(std::nearbyint(x[k] / sc[k]), -128.0f), 127.0f);
+        ASSERT_EQ(float(q[k]), want_q);
+        ASSERT_EQ(fq[k], float(q[k]) * sc[k]);
+        // |x_ij| <= min(t_i, c_j) <= t^α c^(1-α): per-call CrossQuant never needs the clamp.
+        ASSERT_LE(std::fabs(x[k] / sc[k]), 127.0f * (1 + 4 * kU));
+      }
+  }
+}
+
+TEST(CrossQuant, SmallerKernelThanPerTokenWithAnOutlierToken) {
+  const int64_t rows = 64, cols = 256;
+  const std::vector<float> x = outlier_matrix(rows, cols, 3);
+  for (int bits : {4, 8}) {
+    QuantSpec pt;
+    pt.bits = bits;
+    pt.granularity = Granularity::PerRow;
+    const Params p = compute_params(pt, x.data(), rows, cols);
+    const KernelCount per_token = kernel_count(pt, p, x.data(), rows, cols);
+    CrossQuantizer cq({bits, 0.15f, ColumnMode::PerCall}, cols);
+    KernelCount cross;
+    std::vector<float> y = x;
+    cq.apply(y.data(), rows, cols, &cross);
+    EXPECT_DOUBLE_EQ(cross.fraction(), CrossQuantizer({bits, 0.15f, ColumnMode::PerCall}, cols)
+                                           .kernel_fraction(x.data(), rows, cols));
+    // Per-token: the outlier row's step is 1000/qmax, which zeroes almost its whole row
+    // (|x| < 3.9 at 8 bits), so the kernel is at least ~1/64 of all elements.
+    EXPECT_GT(per_token.fraction(), 0.9 / double(rows)) << bits;
+    // CrossQuant divides by t^0.15 c^0.85 instead: the outlier row's step shrinks ~150x. It
+    // loses the outlier column of the other rows instead (c_3 = 1000 >= t_i, the paper's
+    // "case II"), and at 4 bits the normal rows' own kernel (|x| < t/14, ~16%) dominates both,
+    // so the claim is "smaller" at 4 bits and "less than half" at 8 bits (~1/64 vs ~1%).
+    EXPECT_LT(cross.fraction(), per_token.fraction()) << bits;
+    if (bits == 8) {
+      EXPECT_LT(cross.fraction(), 0.5 * per_token.fraction()) << cross.fraction() << " vs "
+                                                              << per_token.fraction();
+    }
+    // Row 0 alone: per-token loses (nearly) everything, CrossQuant keeps most of it.
+    const Params p0 = compute_params(pt, x.data(), 1, cols);
+    const double row0_pt = kernel_fraction(pt, p0, x.data(), 1, cols);
+    KernelCount row0_cq;
+    std::vector<float> y0 = x;
+    CrossQuantizer(cq.spec(), cols).apply(y0.data(), rows, cols, nullptr);
+    for (int64_t j = 0; j < cols; ++j) {
+      if (x[size_t(j)] == 0.0f) continue;
+      ++row0_cq.nonzero;
+      if (y0[size_t(j)] == 0.0f) ++row0_cq.zeroed;
+    }
+    if (bits == 8) {
+      EXPECT_GT(row0_pt, 0.95);
+    }
+    EXPECT_LT(row0_cq.fraction(), 0.5 * row0_pt);
+  }
+}
+
+TEST(CrossQuant, RunningMaxIsCausalAndDecodeEqualsPrefill) {
+  const int64_t rows = 12, cols = 40;
+  const std::vector<float> x = outlier_matrix(rows, cols, 4);
+  for (bool seeded : {false, true}) {
+    CrossQuantizer prefill({4, 0.15f, ColumnMode::RunningMax}, cols), decode = prefill;
+    if (seeded) {
+      std::mt19937_64 rng(9);
+      const std::vector<float> cal = randn(rng, size_t(8 * cols));
+      prefill.calibrate(cal.data(), 8, cols);
+      decode.calibrate(cal.data(), 8, cols);
+    }
+    std::vector<float> a = x, b = x;
+    prefill.apply(a.data(), rows, cols);
+    for (int64_t i = 0; i < rows; ++i) decode.apply(b.data() + i * cols, 1, cols);  // token by token
+    EXPECT_TRUE(same_bits(a, b)) << "seeded " << seeded;
+    EXPECT_EQ(prefill.running_column_max(), decode.running_column_max());
+    // Causal: quantizing the first 5 rows alone gives the same first 5 rows.
+    CrossQuantizer part({4, 0.15f, ColumnMode::RunningMax}, cols);
+    if (seeded) {
+      part = prefill;
+      part.reset();
+    }
+    std::vector<float> c(x.begin(), x.begin() + 5 * cols);
+    part.apply(c.data(), 5, cols);
+    EXPECT_TRUE(std::equal(c.begin(), c.end(), a.begin()));
+    // reset() starts a new sequence: the same tokens quantize the same way again.
+    prefill.reset();
+    std::vector<float> again = x;
+    prefill.apply(again.data(), rows, cols);
+    EXPECT_TRUE(same_bits(again, a));
+  }
+}
+
+TEST(CrossQuant, StaticColumnsMatchDecodeAndClampUnseenValues) {
+  const int64_t rows = 10, cols = 16;
+  std::mt19937_64 rng(5);
+  const std::vector<float> cal = randn(rng, size_t(32 * cols));
+  CrossQuantizer cq({8, 0.15f, ColumnMode::Static}, cols);
+  std::vector<float> x = randn(rng, size_t(rows * cols), 3.0f);  // exceeds the calibrated c
+  EXPECT_THAT([&] { std::vector<float> y = x; cq.apply(y.data(), rows, cols); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("calibrate")));
+  cq.calibrate(cal.data(), 32, cols);
+  std::vector<float> a = x, b = x;
+  cq.apply(a.data(), rows, cols);
+  for (int64_t i = 0; i < rows; ++i) cq.apply(b.data() + i * cols, 1, cols);
+  EXPECT_TRUE(same_bits(a, b));
+  std::vector<int8_t> q(x.size());
+  std::vector<float> sc(x.size());
+  cq.quantize(x.data(), rows, cols, q.data(), sc.data());
+  int clamped = 0;
+  for (size_t k = 0; k < x.size(); ++k) {
+    ASSERT_TRUE(std::isfinite(a[k]));
+    if (std::fabs(x[k] / sc[k]) > 127.5f) {
+      ++clamped;
+      EXPECT_EQ(q[k], x[k] > 0 ? 127 : -128);
+    }
+  }
+  EXPECT_GT(clamped, 0);  // the test data does leave the calibrated range
+}
+
+TEST(CrossQuant, PerCallWithOneTokenDegenerates) {
+  // T = 1: c_j = |x_j| so x_j / s_j = ±qmax (|x_j| / t)^α: no nonzero element is ever zeroed,
+  // because the scale carries the element itself. This is why decode needs Static/RunningMax.
+  std::mt19937_64 rng(6);
+  std::vector<float> x = randn(rng, 64);
+  x[7] = 500.0f;
+  CrossQuantizer cq({4, 0.15f, ColumnMode::PerCall}, 64);
+  EXPECT_EQ(cq.kernel_fraction(x.data(), 1, 64), 0.0);
+}
+
+TEST(CrossQuant, ZeroRowsAndColumnsGiveZerosNotNaN) {
+  const int64_t rows = 3, cols = 4;
+  std::vector<float> x = {0, 0, 0, 0, 1, 0, -2, 3, 0.5f, 0, 0, -1};  // row 0 and column 1 zero
+  for (ColumnMode m : {ColumnMode::PerCall, ColumnMode::RunningMax, ColumnMode::Static}) {
+    for (float alpha : {0.0f, 0.15f, 1.0f}) {
+      CrossQuantizer cq({8, alpha, m}, cols);
+      if (m == ColumnMode::Static) cq.calibrate(x.data(), rows, cols);
+      std::vector<float> y = x;
+      cq.apply(y.data(), rows, cols);
+      for (size_t k = 0; k < y.size(); ++k) {
+        ASSERT_FALSE(std::isnan(y[k])) << column_mode_name(m) << " alpha " << alpha;
+        if (x[k] == 0.0f) {
+          ASSERT_EQ(y[k], 0.0f);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(crossquant_scale({8, 0.15f, ColumnMode::PerCall}, 0.0f, 0.0f), FLT_MIN);
+}
+
+TEST(CrossQuant, InvalidSpecsThrowNamingTheField) {
+  auto msg = [](CrossQuantSpec s) {
+    try {
+      CrossQuantizer(s, 8);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(msg({1, 0.15f, ColumnMode::Static}), HasSubstr("bits"));
+  EXPECT_THAT(msg({9, 0.15f, ColumnMode::Static}), HasSubstr("bits"));
+  EXPECT_THAT(msg({8, -0.1f, ColumnMode::Static}), HasSubstr("alpha"));
+  EXPECT_THAT(msg({8, 1.5f, ColumnMode::Static}), HasSubstr("alpha"));
+  EXPECT_THAT(msg({8, NAN, ColumnMode::Static}), HasSubstr("alpha"));
+  CrossQuantizer cq({8, 0.15f, ColumnMode::PerCall}, 8);
+  std::vector<float> x(16, 1.0f);
+  EXPECT_THROW(cq.apply(x.data(), 2, 7), Error);
+  EXPECT_THROW(cq.set_column_max({1, 2}), Error);
+  EXPECT_THROW(cq.set_column_max(std::vector<float>(8, -1.0f)), Error);
+  EXPECT_EQ(parse_column_mode("running_max"), ColumnMode::RunningMax);
+  EXPECT_THROW(parse_column_mode("dynamic"), Error);
+}
+
+}  // namespace
+}  // namespace sinkq::quant

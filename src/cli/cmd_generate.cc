@@ -1,0 +1,87 @@
+// sinkq generate -m DIR -p STR -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [--json]
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "eval/generate.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq::cli {
+
+void register_generate(CLI::App& app) {
+  struct Opts : CommonFlags {
+    std::string prompt;
+    int64_t n = 64;
+    SamplerOptions s;
+    bool stop_on_bos = false;
+    int64_t ctx = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  o->s.temperature = 0.8f;
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt (streams to stdout)");
+  add_model_flag(*cmd, *o);
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text (BOS is added as the tokenizer config says)")->required();
+  cmd->add_option("-n,--n-predict", o->n, "Maximum number of new tokens")->capture_default_str();
+  cmd->add_option("--temp", o->s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->s.top_k, "Keep the K most likely tokens (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->s.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", o->s.seed, "Random seed")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "KV cache size in tokens (default: prompt + n)");
+  cmd->add_flag("--stop-on-bos", o->stop_on_bos,
+                "Also stop when the model predicts BOS (llama2.c-trained models such as stories260K end stories that way)");
+  add_output_flags(*cmd, *o);
+  cmd->callback([o] {
+    apply_threads(*o);
+    validate(o->s);
+    SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
+    const auto model = Model::load(o->model);
+    const auto tok = Tokenizer::load(o->model);
+    const std::vector<int32_t> prompt = tok->encode(o->prompt);
+    SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty and the tokenizer adds no BOS: nothing to condition on");
+    const int64_t need = int64_t(prompt.size()) + o->n;
+    const int64_t max_pos = model->config().max_position_embeddings;
+    SINKQ_CHECK(need <= max_pos, "prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
+                prompt.size(), o->n, need, max_pos);
+    const int64_t ctx = o->ctx > 0 ? o->ctx : need;
+    SINKQ_CHECK(ctx >= need, "--ctx {} is smaller than prompt + -n = {}", ctx, need);
+    Forward fwd(model, ctx);
+    GenerateOptions go;
+    go.max_new_tokens = o->n;
+    go.sampler = o->s;
+    for (int id : model->config().eos_token_ids) go.stop_ids.push_back(id);
+    if (tok->eos_id() >= 0) go.stop_ids.push_back(tok->eos_id());
+    if (o->stop_on_bos && tok->bos_id() >= 0) go.stop_ids.push_back(tok->bos_id());
+
+    StreamDecoder stream(*tok);
+    if (!o->json) {
+      fmt::print("{}", o->prompt);
+      std::fflush(stdout);
+    }
+    const GenerateResult r = generate(fwd, prompt, go, [&](int32_t id) {
+      if (o->json) return;
+      const std::string piece = stream.push(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    });
+    const double dec_tps = r.generated.size() > 1 ? double(r.generated.size() - 1) / r.decode_seconds : 0.0;
+    if (o->json) {
+      print_json({{"prompt_ids", prompt},
+                  {"generated_ids", r.generated},
+                  {"text", tok->decode(r.generated)},
+                  {"stopped", r.stopped},
+                  {"prefill_tokens_per_s", double(prompt.size()) / r.prefill_seconds},
+                  {"decode_tokens_per_s", dec_tps}});
+      return;
+    }
+    const std::string tail = stream.flush();
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr, "[%zu prompt tokens, %zu generated%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
+                 prompt.size(), r.generated.size(), r.stopped ? ", stopped at EOS" : "",
+                 double(prompt.size()) / r.prefill_seconds, dec_tps);
+  });
+}
+
+}  // namespace sinkq::cli

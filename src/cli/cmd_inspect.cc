@@ -1,0 +1,47 @@
+// sinkq inspect -m DIR [--json]: config, parameter count, tensors with dtypes and shapes.
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "model/model.h"
+
+namespace sinkq::cli {
+
+void register_inspect(CLI::App& app) {
+  auto f = std::make_shared<CommonFlags>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Show a model's config, parameter count and tensors");
+  add_model_flag(*cmd, *f);
+  add_output_flags(*cmd, *f);
+  cmd->callback([f] {
+    const auto model = Model::load(f->model);
+    const ModelConfig& c = model->config();
+    const ModelWeights& w = model->weights();
+    nlohmann::json tensors = nlohmann::json::array();
+    int64_t bytes = 0;
+    for (const TensorInfo* t : w.store.all()) {
+      tensors.push_back({{"name", t->name}, {"dtype", dtype_name(t->dtype)}, {"shape", t->shape},
+                         {"file", t->file}});
+      bytes += int64_t(t->nbytes);
+    }
+    if (f->json) {
+      print_json({{"model", f->model}, {"config", c.to_json()}, {"parameters", w.parameter_count()},
+                  {"tensor_bytes", bytes}, {"tensors", tensors}});
+      return;
+    }
+    fmt::print("model        {}\n", f->model);
+    fmt::print("architecture {}\n", c.architecture);
+    fmt::print("layers {}  hidden {}  intermediate {}  heads {}  kv_heads {}  head_dim {}\n",
+               c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim);
+    fmt::print("vocab {}  max_positions {}  rope_theta {}  rope_scaling {}  rms_eps {}\n", c.vocab_size,
+               c.max_position_embeddings, c.rope_theta, c.rope_scaling.type, c.rms_norm_eps);
+    fmt::print("tied_embeddings {}  qkv_bias {}  sliding_window {}  bos {}  eos {}\n",
+               c.tie_word_embeddings, c.qkv_bias, c.sliding_window, c.bos_token_id,
+               c.eos_token_ids.empty() ? -1 : c.eos_token_ids[0]);
+    fmt::print("parameters   {} ({:.3f} M), {} tensor bytes\n", w.parameter_count(),
+               double(w.parameter_count()) / 1e6, bytes);
+    fmt::print("\n{:<56} {:<5} {}\n", "tensor", "dtype", "shape");
+    for (const TensorInfo* t : w.store.all())
+      fmt::print("{:<56} {:<5} {}\n", t->name, dtype_name(t->dtype), t->shape_str());
+  });
+}
+
+}  // namespace sinkq::cli

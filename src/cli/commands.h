@@ -1,0 +1,36 @@
+// sinkq/cli/commands.h — one register function per subcommand; shared CLI helpers.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace sinkq::cli {
+
+void register_inspect(CLI::App& app);
+void register_tokenize(CLI::App& app);
+void register_generate(CLI::App& app);
+void register_ppl(CLI::App& app);
+void register_bench(CLI::App& app);
+
+// Flags every model command shares, declared once here.
+struct CommonFlags {
+  std::string model;
+  bool json = false;
+  int threads = 0;  // 0 = default (SINKQ_THREADS or all cores)
+};
+CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required = true);  // -m/--model DIR
+void add_output_flags(CLI::App& cmd, CommonFlags& f); // --json, --threads
+void apply_threads(const CommonFlags& f);
+
+// Text of a file with CRLF -> LF (the evaluation convention); error names the file.
+std::string read_text_file(const std::string& path);
+// Prints JSON on stdout (one document, newline-terminated).
+void print_json(const nlohmann::json& j);
+// Progress line on stderr ("\r" rewrite when stderr is a terminal, else whole lines, throttled).
+void progress(const std::string& what, int64_t done, int64_t total, const std::string& extra = "");
+// Peak resident set size of this process in bytes.
+int64_t peak_rss_bytes();
+
+}  // namespace sinkq::cli

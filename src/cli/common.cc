@@ -1,0 +1,66 @@
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/mmap.h"
+#include "kernels/ops.h"
+
+namespace sinkq::cli {
+
+CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required) {
+  return cmd.add_option("-m,--model", f.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer)")
+      ->required(required);
+}
+
+void add_output_flags(CLI::App& cmd, CommonFlags& f) {
+  cmd.add_flag("--json", f.json, "Print one JSON document on stdout instead of text");
+  cmd.add_option("--threads", f.threads, "Worker threads (default: SINKQ_THREADS or all cores)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+void apply_threads(const CommonFlags& f) {
+  if (f.threads > 0) set_num_threads(f.threads);
+}
+
+std::string read_text_file(const std::string& path) {
+  std::string s = read_file(path);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') continue;
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
+void print_json(const nlohmann::json& j) {
+  const std::string s = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+void progress(const std::string& what, int64_t done, int64_t total, const std::string& extra) {
+  static const bool tty = ::isatty(2);
+  static auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
+  const auto now = std::chrono::steady_clock::now();
+  const bool final = done >= total;
+  if (!final && now - last < std::chrono::milliseconds(tty ? 100 : 2000)) return;
+  last = now;
+  std::fprintf(stderr, "%s%s %lld/%lld%s%s", tty ? "\r" : "", what.c_str(), (long long)done,
+               (long long)total, extra.empty() ? "" : "  ", extra.c_str());
+  if (!tty || final) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  ::getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+}  // namespace sinkq::cli

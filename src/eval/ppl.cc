@@ -1,0 +1,82 @@
+#include "eval/ppl.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace sinkq {
+
+const char* ppl_protocol_name(PplProtocol p) { return p == PplProtocol::Gptq ? "gptq" : "bos"; }
+
+PplProtocol parse_ppl_protocol(const std::string& s) {
+  if (s == "gptq") return PplProtocol::Gptq;
+  if (s == "bos") return PplProtocol::Bos;
+  fail("unknown perplexity protocol '{}' (--protocol): expected gptq or bos", s);
+}
+
+double token_nll(const float* logits, int64_t vocab, int32_t target) {
+  double mx = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
+  return mx + std::log(sum) - double(logits[target]);
+}
+
+std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt) {
+  SINKQ_CHECK(opt.ctx >= 2, "perplexity context must be at least 2 tokens (got {})", opt.ctx);
+  std::vector<std::vector<int32_t>> windows;
+  const size_t ctx = size_t(opt.ctx);
+  if (opt.protocol == PplProtocol::Gptq) {
+    std::vector<int32_t> stream;
+    stream.reserve(toks.size() + 1);
+    if (opt.add_bos) {
+      SINKQ_CHECK(opt.bos_id >= 0, "the tokenizer adds BOS but has no BOS id");
+      stream.push_back(opt.bos_id);
+    }
+    stream.insert(stream.end(), toks.begin(), toks.end());
+    for (size_t k = 0; (k + 1) * ctx <= stream.size(); ++k) {
+      if (opt.max_windows > 0 && int64_t(k) >= opt.max_windows) break;
+      windows.emplace_back(stream.begin() + long(k * ctx), stream.begin() + long((k + 1) * ctx));
+    }
+  } else {
+    SINKQ_CHECK(opt.bos_id >= 0, "protocol 'bos' needs a BOS token, and this tokenizer has none");
+    const size_t body = ctx - 1;
+    for (size_t k = 0; (k + 1) * body <= toks.size(); ++k) {
+      if (opt.max_windows > 0 && int64_t(k) >= opt.max_windows) break;
+      std::vector<int32_t> w{opt.bos_id};
+      w.insert(w.end(), toks.begin() + long(k * body), toks.begin() + long((k + 1) * body));
+      windows.push_back(std::move(w));
+    }
+  }
+  return windows;
+}
+
+PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt) {
+  SINKQ_CHECK(opt.ctx <= fwd.max_ctx(),
+              "perplexity context {} (--ctx) is longer than the model's {} positions", opt.ctx,
+              fwd.max_ctx());
+  const auto windows = ppl_windows(toks, opt);
+  SINKQ_CHECK(!windows.empty(),
+              "the text has {} tokens: too short for one window of {} tokens (protocol {})",
+              toks.size(), opt.ctx, ppl_protocol_name(opt.protocol));
+  const int64_t V = fwd.model().config().vocab_size;
+  PplResult r;
+  double total = 0;
+  for (const auto& w : windows) {
+    fwd.reset();
+    const std::span<const float> logits = fwd.step(w, /*all_logits=*/true);
+    double sum = 0;
+    for (size_t p = 0; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
+    const int64_t n = int64_t(w.size()) - 1;
+    total += sum;
+    r.tokens_scored += n;
+    r.window_nll.push_back(sum / double(n));
+    ++r.windows;
+    if (opt.progress) opt.progress(r.windows, int64_t(windows.size()), std::exp(total / double(r.tokens_scored)));
+  }
+  r.mean_nll = total / double(r.tokens_scored);
+  r.ppl = std::exp(r.mean_nll);
+  return r;
+}
+
+}  // namespace sinkq

@@ -1,0 +1,54 @@
+// sinkq/eval/ppl.h — perplexity over non-overlapping windows, under named protocols.
+//
+// Protocols (the text is tokenized once, whole, with no special tokens: `toks`):
+//   gptq  The papers' protocol (GPTQ / PrefixQuant / CrossQuant code): stream = [BOS] + toks when
+//         the tokenizer adds BOS, else toks; window k = stream[ctx·k, ctx·(k+1)); positions 0..ctx-2
+//         predict 1..ctx-1 (ctx-1 predictions per window; the last incomplete window is dropped).
+//   bos   Every window starts with BOS: window k = [BOS] + toks[(ctx-1)·k, (ctx-1)·(k+1));
+//         BOS is never a target (ctx-1 predictions per window). The protocol of
+//         ../shared/golden/*/ppl.json and of IntactKV's appendix F.
+// NLL per prediction = logsumexp(logits) − logits[target], in double. ppl = exp(mean NLL over all
+// scored predictions), natural log.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+
+namespace sinkq {
+
+enum class PplProtocol { Gptq, Bos };
+const char* ppl_protocol_name(PplProtocol p);
+PplProtocol parse_ppl_protocol(const std::string& s);  // throws sinkq::Error naming the value
+
+struct PplOptions {
+  int64_t ctx = 0;              // window length in tokens (incl. BOS for the bos protocol)
+  PplProtocol protocol = PplProtocol::Gptq;
+  int64_t max_windows = 0;      // 0 = all complete windows
+  int bos_id = -1;              // required by bos; used by gptq when add_bos
+  bool add_bos = true;          // gptq: the tokenizer's own BOS once at the start of the text
+  // Called after each window with (done, total, running ppl).
+  std::function<void(int64_t, int64_t, double)> progress;
+};
+
+struct PplResult {
+  double ppl = 0, mean_nll = 0;
+  int64_t tokens_scored = 0;
+  int64_t windows = 0;
+  std::vector<double> window_nll;  // mean NLL of each window
+};
+
+// The windows a protocol cuts from `toks` (for tests and for listing what is scored).
+std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt);
+
+// Runs `fwd` (reset before every window) over the windows. Throws sinkq::Error if the text is
+// too short for one window or ctx exceeds the forward's context.
+PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt);
+
+// −log softmax(logits)[target] in double precision.
+double token_nll(const float* logits, int64_t vocab, int32_t target);
+
+}  // namespace sinkq

@@ -1,0 +1,55 @@
+// sinkq/kernels/kernel_table.h — internal: the per-ISA serial kernels behind ops.cc.
+//
+// Each ISA (scalar, AVX2, AVX-512) provides one KernelTable, built from the same templated source
+// (simd_kernels.inc) instantiated with that ISA's vector traits, so the three paths run the same
+// algorithm and differ only in vector width. The tables are serial: ops.cc splits the work over
+// OpenMP threads and calls them per chunk. Not part of the public API.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/cpu_features.h"
+
+namespace sinkq::detail {
+
+// Small-T GEMV handles up to this many tokens per pass over the weights (T <= kGemvMaxT goes
+// through gemv; larger T goes to sgemm).
+inline constexpr int64_t kGemvMaxT = 8;
+
+struct KernelTable {
+  // y[t*ldy + r] = sum_k x[t*in + k] * W[r*in + k] (+ bias[r] if non-null), for r in [r0, r1) and
+  // t in [0, T). W: [rows, in] of dtype dt. Any T works (processed in passes of <= 4 tokens);
+  // each output is one fp32 dot whose summation order depends only on `in` (not on r0/r1/T),
+  // so results do not depend on the thread split.
+  void (*gemv)(DType dt, const void* W, int64_t in, int64_t r0, int64_t r1, const float* x,
+               int64_t T, const float* bias, float* y, int64_t ldy);
+  // dst[0, n) = widen(src[0, n)) (exact for every dtype).
+  void (*widen)(DType dt, const void* src, float* dst, int64_t n);
+  // s[j] = scale * dot(q[0, d), K[j*ldk + 0 .. d)) for j in [0, n).
+  void (*scores)(const float* q, const float* K, int64_t ldk, int64_t n, int d, float scale,
+                 float* s);
+  // s[j] = exp(s[j] - max_j s); returns the fp32 sum of the new s[j].
+  float (*exp_shift_sum)(float* s, int64_t n);
+  // out[0, d) = alpha * sum_j p[j] * V[j*ldv + 0 .. d).
+  void (*weighted_sum)(const float* p, const float* V, int64_t ldv, int64_t n, int d, float alpha,
+                       float* out);
+  // x[0, n) *= a.
+  void (*scale)(float* x, int64_t n, float a);
+  // Sum of squares of x[0, n) in fp32.
+  float (*sumsq)(const float* x, int64_t n);
+  // y = w * (x * r), elementwise over n (HF order: x * rsqrt(var + eps), then weight *). y may alias x.
+  void (*scale_mul)(const float* x, const float* w, float r, float* y, int64_t n);
+  // g = g / (1 + exp(-g)) * u over n (SwiGLU).
+  void (*silu_mul)(float* g, const float* u, int64_t n);
+  // Plain fp32 sum of x[0, n) (used by the memory-bandwidth probe).
+  float (*sum)(const float* x, int64_t n);
+};
+
+const KernelTable& kernels_scalar();
+const KernelTable& kernels_avx2();
+const KernelTable& kernels_avx512();
+const KernelTable& kernels_for(Isa isa);  // the table of `isa`
+const KernelTable& kernels();             // the table of active_isa()
+
+}  // namespace sinkq::detail

@@ -1,0 +1,214 @@
+// sinkq/kernels/ops.cc — the fast operators: threading, dispatch, and the sgemm path.
+//
+// The serial inner loops live in the per-ISA KernelTables (kernel_table.h); this file splits work
+// over OpenMP threads (num_threads()) and picks the table of active_isa() on every call, so
+// set_isa() / SINKQ_ISA take effect immediately.
+//
+// matmul:  T <= 8: small-T GEMV straight from the stored dtype (decode is bound by weight bytes);
+//          T  > 8: OpenBLAS sgemm, each thread on its own slice of output features. BF16/F16 are
+//          widened per block of rows into a thread-local fp32 scratch first (bounded memory).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include <cblas.h>
+
+#include "core/error.h"
+#include "kernels/cpu_features.h"
+#include "kernels/kernel_table.h"
+#include "kernels/ops.h"
+
+namespace sinkq {
+namespace detail {
+
+const KernelTable& kernels_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return kernels_avx512();
+    case Isa::Avx2: return kernels_avx2();
+    case Isa::Scalar: break;
+  }
+  return kernels_scalar();
+}
+
+const KernelTable& kernels() { return kernels_for(active_isa()); }
+
+}  // namespace detail
+
+namespace {
+
+using detail::KernelTable;
+
+// Threads for a job estimated at `ns` nanoseconds on one core: below ~20 us a parallel region
+// (1-2 us of fork/join when the cores are idle, far more when they are shared) is not worth it.
+// The estimates below are rough single-core rates on a current x86 core.
+int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
+
+// [begin, end) of part `i` of `n` over [0, total), boundaries on multiples of `align`.
+std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align) {
+  int64_t per = (total + n - 1) / n;
+  per = (per + align - 1) / align * align;
+  const int64_t b = std::min(total, per * i), e = std::min(total, b + per);
+  return {b, e};
+}
+
+// Rows per widening block of the BF16/F16 sgemm path: ~2 MiB of fp32 scratch per thread (fits L2
+// with the x panel streaming), at least 16 and at most 256 rows.
+int64_t widen_block_rows(int64_t in) {
+  int64_t rb = (int64_t(2) << 20) / (4 * std::max<int64_t>(in, 1));
+  rb = rb / 16 * 16;
+  return std::clamp<int64_t>(rb, 16, 256);
+}
+
+// y[:, r0:r1) = x[T, in] · Wf[r0:r1, in]^T with Wf fp32 (row stride in), y row stride ldy.
+void sgemm_rows(const float* x, int64_t T, const float* Wf, int64_t nrows, int64_t in, float* y,
+                int64_t ldy) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nrows), int(in), 1.0f, x,
+              int(in), Wf, int(in), 0.0f, y, int(ldy));
+}
+
+void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W, const float* bias,
+                  float* y) {
+  const int64_t out = W.rows, in = W.cols;
+  const size_t esz = dtype_size(W.dtype);
+  const bool f32 = W.dtype == DType::F32;
+  // Blocks of output features handed out dynamically: a thread that loses its core for a while
+  // (shared machine) delays one block, not half the matrix.
+  const int64_t rb = f32 ? 256 : widen_block_rows(in);
+  const int64_t nblocks = (out + rb - 1) / rb;
+  const int nt = threads_for(double(T) * double(out) * double(in) / 25.0);  // ~50 GFLOP/s
+#pragma omp parallel num_threads(nt)
+  {
+    // Thread-local: lives as long as the OpenMP worker, sized for the largest `in` seen.
+    static thread_local std::vector<float> scratch;
+    if (!f32 && scratch.size() < size_t(rb * in)) scratch.resize(size_t(rb * in));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t blk = 0; blk < nblocks; ++blk) {
+      const int64_t r0 = blk * rb, nb = std::min(rb, out - r0);
+      const char* src = static_cast<const char*>(W.data) + size_t(r0 * in) * esz;
+      if (f32) {
+        sgemm_rows(x, T, reinterpret_cast<const float*>(src), nb, in, y + r0, out);
+      } else {
+        k.widen(W.dtype, src, scratch.data(), nb * in);
+        sgemm_rows(x, T, scratch.data(), nb, in, y + r0, out);
+      }
+      if (bias)
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t r = r0; r < r0 + nb; ++r) y[t * out + r] += bias[r];
+    }
+  }
+}
+
+// Rows per GEMV work item: ~8 items per thread for balance, 8..256 rows (multiple of the 8-row
+// tile so every row is computed by the same tile shape whatever the thread count).
+int64_t gemv_block_rows(int64_t out, int nt) {
+  int64_t rb = out / (int64_t(nt) * 8);
+  rb = rb / 8 * 8;
+  return std::clamp<int64_t>(rb, 8, 256);
+}
+
+}  // namespace
+
+void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y) {
+  SINKQ_ASSERT(W.data != nullptr && T >= 0 && W.rows >= 0 && W.cols >= 0);
+  SINKQ_ASSERT(W.rows <= INT32_MAX && W.cols <= INT32_MAX && T <= INT32_MAX);  // BLAS ints
+  const int64_t out = W.rows, in = W.cols;
+  if (T == 0 || out == 0) return;
+  if (in == 0) {
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t r = 0; r < out; ++r) y[t * out + r] = bias ? bias[r] : 0.0f;
+    return;
+  }
+  const KernelTable& k = detail::kernels();
+  if (T > detail::kGemvMaxT) return matmul_sgemm(k, x, T, W, bias, y);
+  // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core.
+  const int nt = threads_for(double(out) * double(in) * (double(dtype_size(W.dtype)) / 20.0 + double(T) / 12.0));
+  if (nt == 1) return k.gemv(W.dtype, W.data, in, 0, out, x, T, bias, y, out);
+  const int64_t rb = gemv_block_rows(out, nt), nblocks = (out + rb - 1) / rb;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t blk = 0; blk < nblocks; ++blk)
+    k.gemv(W.dtype, W.data, in, blk * rb, std::min(out, (blk + 1) * rb), x, T, bias, y, out);
+}
+
+void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
+  SINKQ_ASSERT(n > 0);
+  const KernelTable& k = detail::kernels();
+  const int nt = threads_for(0.15 * double(T) * double(n));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float var = k.sumsq(x + t * n, n) / float(n);
+    const float r = 1.0f / std::sqrt(var + eps);  // torch.rsqrt in fp32: 1 / sqrt, both rounded
+    k.scale_mul(x + t * n, w, r, y + t * n, n);
+  }
+}
+
+void embed_rows(const Mat& table, std::span<const int32_t> ids, float* out) {
+  SINKQ_ASSERT(table.data != nullptr);
+  for (size_t i = 0; i < ids.size(); ++i)
+    SINKQ_CHECK(ids[i] >= 0 && ids[i] < table.rows,
+                "token id {} (position {}) is outside the vocabulary [0, {}) of {}", ids[i], i,
+                table.rows, table.name.empty() ? std::string("the embedding table") : table.name);
+  const KernelTable& k = detail::kernels();
+  const size_t row_bytes = size_t(table.cols) * dtype_size(table.dtype);
+  for (size_t i = 0; i < ids.size(); ++i)
+    k.widen(table.dtype, static_cast<const char*>(table.data) + size_t(ids[i]) * row_bytes,
+            out + i * table.cols, table.cols);
+}
+
+void silu_mul(float* g, const float* u, int64_t T, int64_t n) {
+  const KernelTable& k = detail::kernels();
+  const int64_t total = T * n;
+  const int nt = threads_for(0.5 * double(total));
+  if (nt == 1) return k.silu_mul(g, u, total);
+#pragma omp parallel num_threads(nt)
+  {
+    const auto [b, e] = split(total, omp_get_num_threads(), omp_get_thread_num(), 64);
+    if (e > b) k.silu_mul(g + b, u + b, e - b);
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const KernelTable& k = detail::kernels();
+  const float s = k.exp_shift_sum(x, n);
+  k.scale(x, n, 1.0f / s);
+}
+
+void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
+               int64_t n_past, int64_t T, float* out) {
+  SINKQ_ASSERT(s.n_heads > 0 && s.n_kv_heads > 0 && s.head_dim > 0 && s.n_heads % s.n_kv_heads == 0);
+  SINKQ_ASSERT(n_past >= 0 && T >= 0 && s.sliding_window >= 0);
+  const KernelTable& k = detail::kernels();
+  const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // cache row stride (floats)
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const int64_t pairs = T * H;
+  const int64_t max_keys = n_past + T;
+  const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
+  const int nt = threads_for(double(pairs) * double(keys) * D * 4.0 / 30.0);  // ~30 GFLOP/s
+  // Causal rows cost more for later t: dynamic chunks of a few (t, h) pairs balance the threads;
+  // consecutive pairs are the heads of one token, which share K/V rows (GQA) while they are in cache.
+  const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 32));
+#pragma omp parallel num_threads(nt)
+  {
+    static thread_local std::vector<float> sc;  // scores of one (t, h): [n keys]
+    if (sc.size() < size_t(max_keys)) sc.resize(size_t(max_keys));
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t t = p / H;
+      const int h = int(p % H), g = h / group;
+      const int64_t hi = n_past + t;  // cache row of this query
+      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
+      const int64_t n = hi - lo + 1;
+      const float* qv = q + p * D;
+      const float* K = k_cache + lo * ldkv + int64_t(g) * D;
+      const float* V = v_cache + lo * ldkv + int64_t(g) * D;
+      k.scores(qv, K, ldkv, n, D, scale, sc.data());
+      const float sum = k.exp_shift_sum(sc.data(), n);
+      k.weighted_sum(sc.data(), V, ldkv, n, D, 1.0f / sum, out + p * D);
+    }
+  }
+}
+
+}  // namespace sinkq

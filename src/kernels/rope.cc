@@ -1,0 +1,106 @@
+// sinkq/kernels/rope.cc — rotary position embeddings, reproducing HF's fp32 arithmetic.
+//
+// HF (modeling_rope_utils.py + LlamaRotaryEmbedding, fp32 model):
+//   inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim))        all fp32 tensor ops
+//   llama3:   wavelen = 2*pi / inv_freq, then keep / divide by factor / smooth blend (fp32)
+//   linear:   inv_freq /= factor                                         (fp32)
+//   freqs = inv_freq[i] * float(pos)      (a K=1 matmul: one fp32 product)
+//   cos, sin = cos(freqs), sin(freqs) in fp32; q' = q*cos + rotate_half(q)*sin (fp32 ops)
+// Each fp32 step is done here as one fp32 operation so the values match HF's bit for bit except
+// powf / cos / sin, which are correctly rounded here (libm, double) and within 1 ulp in torch.
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace sinkq {
+
+RopeTable RopeTable::make(const ModelConfig& cfg) {
+  RopeTable rt;
+  rt.head_dim = cfg.head_dim > 0 ? cfg.head_dim : (cfg.num_heads > 0 ? cfg.hidden_size / cfg.num_heads : 0);
+  SINKQ_CHECK(rt.head_dim > 0 && rt.head_dim % 2 == 0, "RoPE: head_dim {} must be positive and even",
+              rt.head_dim);
+  SINKQ_CHECK(cfg.rope_theta > 0.0f, "RoPE: rope_theta {} must be positive", cfg.rope_theta);
+  const int half = rt.head_dim / 2;
+  const float base = cfg.rope_theta, dim = float(rt.head_dim);
+  rt.inv_freq.resize(half);
+  for (int i = 0; i < half; ++i) {
+    const float expo = float(2 * i) / dim;          // arange(...).float() / dim
+    rt.inv_freq[i] = 1.0f / std::pow(base, expo);   // powf, then fp32 reciprocal
+  }
+  const RopeScaling& sc = cfg.rope_scaling;
+  if (sc.type == "none" || sc.type == "default") return rt;
+  SINKQ_CHECK(sc.factor > 0.0f, "RoPE: rope_scaling.factor {} must be positive", sc.factor);
+  if (sc.type == "linear") {
+    // HF >= 4.38 folds the factor into inv_freq (older code divided positions: same angles up to
+    // one rounding). position_scale stays 1.
+    for (float& f : rt.inv_freq) f = f / sc.factor;
+    return rt;
+  }
+  SINKQ_CHECK(sc.type == "llama3", "RoPE: unsupported rope_scaling type '{}'", sc.type);
+  SINKQ_CHECK(sc.high_freq_factor != sc.low_freq_factor && sc.low_freq_factor > 0.0f &&
+                  sc.original_max_position_embeddings > 0,
+              "RoPE llama3: need low_freq_factor > 0, high_freq_factor != low_freq_factor and "
+              "original_max_position_embeddings > 0");
+  // Python floats (double) that torch then uses as fp32 scalars against fp32 tensors.
+  const double old_ctx = sc.original_max_position_embeddings;
+  const float low_wavelen = float(old_ctx / sc.low_freq_factor);
+  const float high_wavelen = float(old_ctx / sc.high_freq_factor);
+  const float two_pi = float(2.0 * std::numbers::pi);
+  const float band = float(double(sc.high_freq_factor) - double(sc.low_freq_factor));
+  for (float& f : rt.inv_freq) {
+    const float wavelen = two_pi / f;
+    if (wavelen < high_wavelen) continue;  // high frequency: unchanged
+    if (wavelen > low_wavelen) {           // low frequency: interpolated by factor
+      f = f / sc.factor;
+      continue;
+    }
+    const float smooth = (float(old_ctx) / wavelen - sc.low_freq_factor) / band;
+    f = (1.0f - smooth) * f / sc.factor + smooth * f;  // left to right, as in HF
+  }
+  return rt;
+}
+
+namespace {
+
+// cos/sin of angle = inv_freq[i] * p in fp32 (HF), rounded from double to fp32.
+void cos_sin(const RopeTable& rt, int32_t pos, float* c, float* s) {
+  const float p = rt.position_scale == 1.0f ? float(pos) : float(pos) * rt.position_scale;
+  const int half = rt.head_dim / 2;
+  for (int i = 0; i < half; ++i) {
+    const float a = rt.inv_freq[i] * p;
+    c[i] = float(std::cos(double(a)));
+    s[i] = float(std::sin(double(a)));
+  }
+}
+
+}  // namespace
+
+void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos) {
+  SINKQ_ASSERT(int64_t(pos.size()) == T && rt.head_dim > 0 && int(rt.inv_freq.size()) * 2 == rt.head_dim);
+  const int D = rt.head_dim, half = D / 2;
+  // cos/sin cost ~40 ns per (token, i) pair: worth both threads from ~16 tokens on (20 us).
+  const int nt = T * half * 40 + T * n_heads * D < 20000 ? 1 : num_threads();
+#pragma omp parallel num_threads(nt)
+  {
+    std::vector<float> cs(static_cast<size_t>(D));  // [cos(half) | sin(half)] of the current token
+    float* c = cs.data();
+    float* s = cs.data() + half;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      cos_sin(rt, pos[t], c, s);
+      for (int h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * D;
+        for (int i = 0; i < half; ++i) {  // products rounded separately, like torch (no FMA)
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace sinkq

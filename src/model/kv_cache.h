@@ -1,0 +1,45 @@
+// sinkq/model/kv_cache.h — full-precision KV cache of one sequence.
+//
+// Layout per layer: K and V each [capacity, kv_heads * head_dim] row-major, fp32; row r holds
+// the token at absolute position r. New rows are written in place by the projections (no copy).
+// Later issues put a shared full-precision prefix in front and a quantized body behind it; the
+// row index stays the absolute position.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+
+namespace sinkq {
+
+class KVCache {
+ public:
+  KVCache() = default;
+  KVCache(int num_layers, int64_t capacity, int64_t kv_dim)
+      : layers_(num_layers), capacity_(capacity), kv_dim_(kv_dim),
+        k_(size_t(num_layers) * size_t(capacity) * size_t(kv_dim)),
+        v_(size_t(num_layers) * size_t(capacity) * size_t(kv_dim)) {}
+
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+  int64_t kv_dim() const { return kv_dim_; }
+  void clear() { size_ = 0; }
+  // Commit T rows written at [size, size + T).
+  void advance(int64_t T) {
+    SINKQ_ASSERT(size_ + T <= capacity_);
+    size_ += T;
+  }
+  float* k(int layer) { return k_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
+  float* v(int layer) { return v_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
+  const float* k(int layer) const { return k_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
+  const float* v(int layer) const { return v_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
+  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+
+ private:
+  int layers_ = 0;
+  int64_t capacity_ = 0, kv_dim_ = 0, size_ = 0;
+  std::vector<float> k_, v_;
+};
+
+}  // namespace sinkq

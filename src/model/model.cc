@@ -1,0 +1,223 @@
+#include "model/model.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace sinkq {
+
+std::shared_ptr<Model> Model::load(const std::string& dir) {
+  auto m = std::make_shared<Model>();
+  ModelFiles f = ModelFiles::load(dir);
+  m->cfg_ = std::move(f.config);
+  m->w_ = std::move(f.weights);
+  m->rope_ = RopeTable::make(m->cfg_);
+  m->dir_ = dir;
+  return m;
+}
+
+namespace {
+
+// splitmix64: a fast, seedable generator for filling gigabytes of benchmark weights.
+inline uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Fills n elements of `dtype` with U(-a, a), in parallel, reproducibly for a given seed.
+void fill_uniform(void* dst, DType dtype, int64_t n, float a, uint64_t seed) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    uint64_t s = seed * 0x100000001b3ull + uint64_t(c);
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) {
+      const float u = float(splitmix64(s) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+      const float v = (2.0f * u - 1.0f) * a;
+      switch (dtype) {
+        case DType::F32: static_cast<float*>(dst)[i] = v; break;
+        case DType::BF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
+        case DType::F16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
+      }
+    }
+  }
+}
+
+// x[i] += y[i]: the residual connection.
+inline void add_inplace(float* x, const float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
+  auto m = std::make_shared<Model>();
+  m->cfg_ = cfg;
+  m->rope_ = RopeTable::make(cfg);
+  uint64_t next_seed = seed;
+  auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
+    std::vector<uint8_t>& buf = m->storage_.emplace_back(size_t(rows * cols) * dtype_size(dtype));
+    fill_uniform(buf.data(), dtype, rows * cols, 1.0f / std::sqrt(float(cols)), next_seed++);
+    return Mat{dtype, rows, cols, buf.data(), name};
+  };
+  auto ones = [&](int64_t n) { return m->w_.own(std::vector<float>(size_t(n), 1.0f)); };
+  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size;
+  m->w_.embed = mat("model.embed_tokens.weight", cfg.vocab_size, H);
+  for (int l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerWeights lw;
+    lw.attn_norm = ones(H);
+    lw.wq = mat(p + "self_attn.q_proj.weight", cfg.q_dim(), H);
+    lw.wk = mat(p + "self_attn.k_proj.weight", cfg.kv_dim(), H);
+    lw.wv = mat(p + "self_attn.v_proj.weight", cfg.kv_dim(), H);
+    lw.wo = mat(p + "self_attn.o_proj.weight", H, cfg.q_dim());
+    if (cfg.qkv_bias) {
+      lw.bq = m->w_.own(std::vector<float>(size_t(cfg.q_dim()), 0.0f));
+      lw.bk = m->w_.own(std::vector<float>(size_t(cfg.kv_dim()), 0.0f));
+      lw.bv = m->w_.own(std::vector<float>(size_t(cfg.kv_dim()), 0.0f));
+    }
+    lw.mlp_norm = ones(H);
+    lw.w_gate = mat(p + "mlp.gate_proj.weight", I, H);
+    lw.w_up = mat(p + "mlp.up_proj.weight", I, H);
+    lw.w_down = mat(p + "mlp.down_proj.weight", H, I);
+    m->w_.layers.push_back(lw);
+  }
+  m->w_.final_norm = ones(H);
+  m->w_.lm_head = cfg.tie_word_embeddings ? m->w_.embed : mat("lm_head.weight", cfg.vocab_size, H);
+  return m;
+}
+
+int64_t Model::decode_weight_bytes() const {
+  auto bytes = [](const Mat& m) { return m.rows * m.cols * int64_t(dtype_size(m.dtype)); };
+  int64_t total = bytes(w_.lm_head);
+  for (const LayerWeights& l : w_.layers)
+    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
+             bytes(l.w_up) + bytes(l.w_down);
+  return total;
+}
+
+Forward::Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t max_batch)
+    : model_(std::move(model)), max_batch_(std::max<int64_t>(1, max_batch)) {
+  const ModelConfig& c = model_->config();
+  SINKQ_CHECK(max_ctx >= 1, "context size must be at least 1 (got {})", max_ctx);
+  SINKQ_CHECK(max_ctx <= c.max_position_embeddings,
+              "context of {} tokens is longer than the model's max_position_embeddings ({})",
+              max_ctx, c.max_position_embeddings);
+  max_batch_ = std::min(max_batch_, max_ctx);
+  cache_ = KVCache(c.num_layers, max_ctx, c.kv_dim());
+  hooks_.resize(c.num_layers);
+  attn_shape_ = AttnShape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
+  const size_t B = size_t(max_batch_);
+  x_.resize(B * size_t(c.hidden_size));
+  xn_.resize(B * size_t(c.hidden_size));
+  tmp_.resize(B * size_t(c.hidden_size));
+  q_.resize(B * size_t(c.q_dim()));
+  att_.resize(B * size_t(c.q_dim()));
+  gate_.resize(B * size_t(c.intermediate_size));
+  up_.resize(B * size_t(c.intermediate_size));
+  pos_.resize(B);
+  ids_.resize(B);
+}
+
+std::span<const float> Forward::step(std::span<const int32_t> tokens, bool all_logits) {
+  const int64_t T = int64_t(tokens.size());
+  const int64_t V = model_->config().vocab_size;
+  SINKQ_CHECK(T > 0, "no tokens to run");
+  SINKQ_CHECK(n_past() + T <= max_ctx(),
+              "{} tokens after {} already in the cache exceed the context of {} tokens", T,
+              n_past(), max_ctx());
+  logits_.resize(size_t(all_logits ? T : 1) * size_t(V));
+  for (int64_t start = 0; start < T; start += max_batch_) {
+    const int64_t n = std::min(max_batch_, T - start);
+    const bool last_chunk = start + n == T;
+    float* out = all_logits ? logits_.data() + size_t(start * V) : (last_chunk ? logits_.data() : nullptr);
+    run_chunk(tokens.subspan(size_t(start), size_t(n)), all_logits, out);
+  }
+  return logits_;
+}
+
+void Forward::site(Site s, int layer, float* data, int64_t T, int64_t features) {
+  if (!hooks_.active(s, layer)) return;
+  SiteView v{s, layer, data, T, features, std::span(pos_.data(), size_t(T)),
+             std::span(ids_.data(), size_t(T))};
+  hooks_.run(v);
+}
+
+// logits_out: nullptr = no logits needed (an inner chunk of a long prompt); else all rows
+// (all_logits) or only the last row.
+void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out) {
+  const ModelConfig& c = model_->config();
+  const ModelWeights& w = model_->weights();
+  const int64_t T = int64_t(tokens.size());
+  const int64_t H = c.hidden_size;
+  for (int64_t t = 0; t < T; ++t) {
+    pos_[size_t(t)] = int32_t(n_past() + t);
+    ids_[size_t(t)] = tokens[size_t(t)];
+  }
+  embed_rows(w.embed, tokens, x_.data());
+  for (int l = 0; l < c.num_layers; ++l) layer(l, T);
+  cache_.advance(T);
+  if (!logits_out) return;
+  // Final norm and LM head only for the rows whose logits are wanted.
+  const int64_t first = all_logits ? 0 : T - 1;
+  const int64_t rows = T - first;
+  rmsnorm(x_.data() + first * H, w.final_norm, xn_.data(), rows, H, c.rms_norm_eps);
+  matmul(xn_.data(), rows, w.lm_head, nullptr, logits_out);
+  if (hooks_.active(Site::Logits, -1)) {
+    SiteView v{Site::Logits, -1, logits_out, rows, c.vocab_size,
+               std::span(pos_.data() + first, size_t(rows)), std::span(ids_.data() + first, size_t(rows))};
+    hooks_.run(v);
+  }
+}
+
+// One decoder layer, as in the Llama paper / HF LlamaDecoderLayer:
+//   x += o_proj(attention(rope(q_proj(norm(x))), rope(k_proj(norm(x))), v_proj(norm(x))))
+//   x += down_proj(silu(gate_proj(norm(x))) * up_proj(norm(x)))
+void Forward::layer(int l, int64_t T) {
+  const ModelConfig& c = model_->config();
+  const LayerWeights& w = model_->weights().layers[size_t(l)];
+  const int64_t H = c.hidden_size, I = c.intermediate_size, KV = c.kv_dim();
+  const std::span<const int32_t> pos(pos_.data(), size_t(T));
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* k = cache_.k(l) + n_past() * KV;  // new K/V rows go straight into the cache
+  float* v = cache_.v(l) + n_past() * KV;
+
+  // Attention block.
+  rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
+  site(Site::AttnIn, l, xn, T, H);
+  matmul(xn, T, w.wq, w.bq, q_.data());
+  matmul(xn, T, w.wk, w.bk, k);
+  matmul(xn, T, w.wv, w.bv, v);
+  site(Site::KPreRope, l, k, T, KV);
+  rope_apply(model_->rope(), q_.data(), T, c.num_heads, pos);
+  rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
+  site(Site::Q, l, q_.data(), T, c.q_dim());
+  site(Site::K, l, k, T, KV);
+  site(Site::V, l, v, T, KV);
+  attention(attn_shape_, q_.data(), cache_.k(l), cache_.v(l), n_past(), T, att_.data());
+  site(Site::OIn, l, att_.data(), T, c.q_dim());
+  matmul(att_.data(), T, w.wo, nullptr, tmp_.data());
+  add_inplace(x, tmp_.data(), T * H);
+
+  // MLP block (SwiGLU).
+  rmsnorm(x, w.mlp_norm, xn, T, H, c.rms_norm_eps);
+  site(Site::MlpIn, l, xn, T, H);
+  matmul(xn, T, w.w_gate, nullptr, gate_.data());
+  matmul(xn, T, w.w_up, nullptr, up_.data());
+  silu_mul(gate_.data(), up_.data(), T, I);
+  site(Site::DownIn, l, gate_.data(), T, I);
+  matmul(gate_.data(), T, w.w_down, nullptr, tmp_.data());
+  add_inplace(x, tmp_.data(), T * H);
+  site(Site::Out, l, x, T, H);
+}
+
+}  // namespace sinkq

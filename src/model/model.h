@@ -1,0 +1,78 @@
+// sinkq/model/model.h — a loaded model (config + weights + RoPE table) and its forward pass.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/config.h"
+#include "io/weights.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/sites.h"
+
+namespace sinkq {
+
+class Model {
+ public:
+  // Loads and validates an HF model directory (config.json + safetensors, mmap).
+  static std::shared_ptr<Model> load(const std::string& dir);
+  // A model with random weights of the given shape, held in memory (benchmarks, tests).
+  // Weights ~ U(-a, a) with a = 1/sqrt(fan_in) so activations stay O(1); norms = 1.
+  static std::shared_ptr<Model> random(const ModelConfig& cfg, DType dtype, uint64_t seed);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+  ModelWeights& mutable_weights() { return w_; }
+  const RopeTable& rope() const { return rope_; }
+  const std::string& dir() const { return dir_; }  // "" for in-memory models
+  // Bytes of weights one decode step reads (all matrices; the embedding row is negligible).
+  int64_t decode_weight_bytes() const;
+
+ private:
+  ModelConfig cfg_;
+  ModelWeights w_;
+  RopeTable rope_;
+  std::string dir_;
+  std::vector<std::vector<uint8_t>> storage_;  // backing of random()'s matrices
+};
+
+// One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
+// share the code; the KV cache grows with every call.
+class Forward {
+ public:
+  // max_ctx: cache rows (≤ max_position_embeddings, else sinkq::Error). max_batch: the most tokens
+  // one step() processes at once (longer inputs are split into chunks of this size).
+  Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t max_batch = 512);
+
+  void reset() { cache_.clear(); }
+  int64_t n_past() const { return cache_.size(); }
+  int64_t max_ctx() const { return cache_.capacity(); }
+  const Model& model() const { return *model_; }
+  SiteHooks& hooks() { return hooks_; }
+  KVCache& cache() { return cache_; }
+
+  // Feeds `tokens` at positions n_past().. and returns their logits, row-major:
+  // [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.
+  // Throws sinkq::Error when the cache would overflow. The span stays valid until the next call.
+  std::span<const float> step(std::span<const int32_t> tokens, bool all_logits);
+
+ private:
+  void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
+  void layer(int l, int64_t T);
+  void site(Site s, int layer, float* data, int64_t T, int64_t features);
+
+  std::shared_ptr<const Model> model_;
+  KVCache cache_;
+  SiteHooks hooks_;
+  int64_t max_batch_;
+  AttnShape attn_shape_;
+  // Activations, [max_batch, features] each.
+  std::vector<float> x_, xn_, q_, att_, tmp_, gate_, up_;
+  std::vector<int32_t> pos_, ids_;
+  std::vector<float> logits_;
+};
+
+}  // namespace sinkq

@@ -1,0 +1,168 @@
+// The sinkq binary end to end: JSON outputs of every subcommand, and bad inputs that must give a
+// clear error (naming the file / tensor / flag), exit code 1, and never a crash.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/mmap.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct RunResult {
+  int rc = -1;
+  bool crashed = false;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+RunResult run(const std::vector<std::string>& args) {
+  testing::TempDir tmp;
+  std::string cmd = quote(SINKQ_BINARY);
+  for (const auto& a : args) cmd += " " + quote(a);
+  cmd += " >" + tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
+  const int st = std::system(cmd.c_str());
+  RunResult r;
+  r.crashed = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) >= 128);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file(tmp.file("out"));
+  r.err = read_file(tmp.file("err"));
+  return r;
+}
+
+std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
+
+// A failing run: exit 1, no crash, and stderr names what is wrong.
+void expect_error(const RunResult& r, const std::vector<std::string>& needles) {
+  EXPECT_FALSE(r.crashed) << r.err;
+  EXPECT_EQ(r.rc, 1) << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "stderr lacks '" << n << "': " << r.err;
+}
+
+// A copy of stories260K's files in a temp dir, where the test may break one of them.
+struct ModelCopy {
+  testing::TempDir dir;
+  ModelCopy() {
+    for (const auto& e : fs::directory_iterator(stories())) fs::copy_file(e.path(), dir.file(e.path().filename()));
+  }
+  std::string path() const { return dir.path(); }
+  std::string st() const { return dir.file("model.safetensors"); }
+};
+
+TEST(Cli, TokenizeJson) {
+  const RunResult r = run({"tokenize", "-m", stories(), "--text", "Once upon a time", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out).at("ids"), json({1, 403, 407, 261, 378}));
+}
+
+TEST(Cli, GenerateGreedyJsonMatchesGolden) {
+  const json g = json::parse(read_file(testing::shared_dir() + "/golden/stories260K/greedy.json"));
+  const json& c = g.at("cases")[0];
+  const RunResult r = run({"generate", "-m", stories(), "-p", c.at("prompt"), "-n", "100", "--temp", "0", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("prompt_ids"), c.at("prompt_ids"));
+  EXPECT_EQ(j.at("generated_ids"), c.at("generated_ids"));
+  EXPECT_EQ(j.at("text").get<std::string>(), c.at("continuation_text").get<std::string>());
+}
+
+TEST(Cli, GenerateStreamsText) {
+  const RunResult r = run({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "20", "--temp", "0"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
+}
+
+TEST(Cli, PplJsonMatchesGolden) {
+  const json g = json::parse(read_file(testing::shared_dir() + "/golden/stories260K/ppl.json"));
+  const RunResult r = run({"ppl", "-m", stories(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
+                     "--ctx", "512", "--protocol", "bos", "--max-windows", "4", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("tokens_scored"), 2044);
+  const double want = g.at("tinystories_sample").at("ppl");
+  EXPECT_NEAR(j.at("ppl").get<double>(), want, 1e-4 * want);
+}
+
+TEST(Cli, InspectJson) {
+  const RunResult r = run({"inspect", "-m", stories(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("parameters"), 260032);
+  EXPECT_EQ(j.at("tensors").size(), 47u);
+}
+
+TEST(CliErrors, MissingModelDir) {
+  expect_error(run({"inspect", "-m", "/nonexistent/model"}), {"/nonexistent/model"});
+}
+
+TEST(CliErrors, TruncatedSafetensors) {
+  ModelCopy m;
+  fs::resize_file(m.st(), 5000);
+  expect_error(run({"generate", "-m", m.path(), "-p", "hi", "-n", "2"}), {"model.safetensors"});
+}
+
+TEST(CliErrors, HeaderPointsPastTheEnd) {
+  ModelCopy m;
+  std::string s = read_file(m.st());
+  uint64_t n = 0;
+  std::memcpy(&n, s.data(), 8);
+  n = s.size() * 2;  // header length larger than the file
+  std::memcpy(s.data(), &n, 8);
+  std::ofstream(m.st(), std::ios::binary | std::ios::trunc) << s;
+  expect_error(run({"inspect", "-m", m.path()}), {"model.safetensors"});
+}
+
+TEST(CliErrors, WrongShape) {
+  ModelCopy m;
+  json cfg = json::parse(read_file(m.dir.file("config.json")));
+  cfg["intermediate_size"] = 100;
+  std::ofstream(m.dir.file("config.json"), std::ios::trunc) << cfg.dump();
+  expect_error(run({"inspect", "-m", m.path()}), {"mlp.gate_proj.weight", "100"});
+}
+
+TEST(CliErrors, UnknownArchitecture) {
+  ModelCopy m;
+  json cfg = json::parse(read_file(m.dir.file("config.json")));
+  cfg["architectures"] = {"GPT2LMHeadModel"};
+  std::ofstream(m.dir.file("config.json"), std::ios::trunc) << cfg.dump();
+  expect_error(run({"ppl", "-m", m.path(), "-f", m.dir.file("config.json")}), {"GPT2LMHeadModel"});
+}
+
+TEST(CliErrors, EmptyText) {
+  testing::TempDir t;
+  std::ofstream(t.file("empty.txt")).flush();
+  expect_error(run({"ppl", "-m", stories(), "-f", t.file("empty.txt")}), {"empty.txt", "empty"});
+  expect_error(run({"ppl", "-m", stories(), "-f", t.file("missing.txt")}), {"missing.txt"});
+}
+
+TEST(CliErrors, ContextLongerThanPositions) {
+  expect_error(run({"ppl", "-m", stories(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
+                    "--ctx", "4096"}),
+               {"--ctx", "512"});
+  expect_error(run({"generate", "-m", stories(), "-p", "Once", "-n", "1000"}), {"-n", "512"});
+}
+
+TEST(CliErrors, BadFlagValues) {
+  expect_error(run({"ppl", "-m", stories(), "-f", stories() + "/config.json", "--protocol", "wiki"}), {"--protocol", "wiki"});
+  expect_error(run({"generate", "-m", stories(), "-p", "x", "--top-p", "2"}), {"--top-p"});
+  const RunResult r = run({"frobnicate"});
+  EXPECT_FALSE(r.crashed);
+  EXPECT_NE(r.rc, 0);
+}
+
+}  // namespace
+}  // namespace sinkq

@@ -13,6 +13,7 @@
 namespace sinkq {
 namespace {
 
+using sinkq::testing::error_of;
 using ::testing::HasSubstr;
 using sinkq::testing::TempDir;
 namespace fs = std::filesystem;
@@ -22,17 +23,6 @@ std::vector<std::string> list_dir(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path().filename().string());
   std::sort(v.begin(), v.end());
   return v;
-}
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no sinkq::Error thrown";
-  return "";
 }
 
 TEST(MappedFile, MapsContents) {

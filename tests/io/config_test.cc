@@ -12,22 +12,12 @@
 namespace sinkq {
 namespace {
 
+using sinkq::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
 constexpr const char* kSrc = "/models/x/config.json";
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no sinkq::Error thrown";
-  return "";
-}
 
 // Llama-3.1-8B's config.json (the fields that matter).
 json llama31() {

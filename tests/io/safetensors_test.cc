@@ -13,21 +13,11 @@
 namespace sinkq {
 namespace {
 
+using sinkq::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using sinkq::testing::raw_safetensors;
 using sinkq::testing::TempDir;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no sinkq::Error thrown";
-  return "";
-}
 
 // ------------------------------------------------------------------------------------- writer
 

@@ -14,23 +14,13 @@
 namespace sinkq {
 namespace {
 
+using sinkq::testing::error_of;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 using sinkq::testing::TempDir;
 using sinkq::testing::TinyModelSpec;
 using sinkq::testing::TinyTensor;
 using json = nlohmann::json;
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no sinkq::Error thrown";
-  return "";
-}
 
 // Mat: name, dtype, shape and bytes equal what write_tiny_model wrote.
 void expect_mat(const Mat& m, const std::map<std::string, TinyTensor>& want, const std::string& name) {

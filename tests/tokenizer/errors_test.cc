@@ -25,21 +25,6 @@ json minimal_doc() {
   })");
 }
 
-// Runs f, expects a sinkq::Error, returns its message.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "not a sinkq::Error: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-
 class TokErrors : public ::testing::Test {
  protected:
   std::string write_doc(const std::string& text) {

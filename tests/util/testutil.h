@@ -1,6 +1,7 @@
 // tests/util/testutil.h — helpers shared by the test binaries.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cstddef>
@@ -11,8 +12,24 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace sinkq::testing {
+
+// Runs f, expects a sinkq::Error and returns its message; any other outcome is a test failure.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a sinkq::Error: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no sinkq::Error thrown";
+  return "";
+}
 
 // ../shared beside the checkout (models, golden outputs, tokenizers, data).
 std::string shared_dir();

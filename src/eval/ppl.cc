@@ -22,6 +22,27 @@ double token_nll(const float* logits, int64_t vocab, int32_t target) {
   return mx + std::log(sum) - double(logits[target]);
 }
 
+namespace {
+// log Σ exp(logits), in double.
+double logsumexp(const float* logits, int64_t vocab) {
+  double mx = logits[0];
+  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
+  return mx + std::log(sum);
+}
+}  // namespace
+
+double token_kld(const float* p_logits, const float* q_logits, int64_t vocab) {
+  const double lp = logsumexp(p_logits, vocab), lq = logsumexp(q_logits, vocab);
+  double kl = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double log_p = double(p_logits[i]) - lp, log_q = double(q_logits[i]) - lq;
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  return std::max(0.0, kl);
+}
+
 std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt) {
   SINKQ_CHECK(opt.ctx >= 2, "perplexity context must be at least 2 tokens (got {})", opt.ctx);
   std::vector<std::vector<int32_t>> windows;
@@ -51,7 +72,8 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
   return windows;
 }
 
-PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt) {
+PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
+                     Forward* reference) {
   SINKQ_CHECK(opt.ctx <= fwd.max_ctx(),
               "perplexity context {} (--ctx) is longer than the model's {} positions", opt.ctx,
               fwd.max_ctx());
@@ -60,14 +82,32 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
               "the text has {} tokens: too short for one window of {} tokens (protocol {})",
               toks.size(), opt.ctx, ppl_protocol_name(opt.protocol));
   const int64_t V = fwd.model().config().vocab_size;
+  if (reference) {
+    SINKQ_CHECK(reference->model().config().vocab_size == V,
+                "KLD reference model has vocabulary {} but the model has {}",
+                reference->model().config().vocab_size, V);
+    SINKQ_CHECK(opt.ctx <= reference->max_ctx(), "perplexity context {} is longer than the reference forward's {}",
+                opt.ctx, reference->max_ctx());
+  }
   PplResult r;
-  double total = 0;
+  r.has_kld = reference != nullptr;
+  double total = 0, total_kld = 0;
   for (const auto& w : windows) {
     fwd.reset();
     const std::span<const float> logits = fwd.step(w, /*all_logits=*/true);
     double sum = 0;
     for (size_t p = 0; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
     const int64_t n = int64_t(w.size()) - 1;
+    if (reference) {
+      // fwd's logits live in fwd's own buffer: valid while the reference runs.
+      reference->reset();
+      const std::span<const float> ref = reference->step(w, /*all_logits=*/true);
+      double kl = 0;
+      for (size_t p = 0; p + 1 < w.size(); ++p)
+        kl += token_kld(ref.data() + p * size_t(V), logits.data() + p * size_t(V), V);
+      total_kld += kl;
+      r.window_kld.push_back(kl / double(n));
+    }
     total += sum;
     r.tokens_scored += n;
     r.window_nll.push_back(sum / double(n));
@@ -75,6 +115,7 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
     if (opt.progress) opt.progress(r.windows, int64_t(windows.size()), std::exp(total / double(r.tokens_scored)));
   }
   r.mean_nll = total / double(r.tokens_scored);
+  if (reference) r.kld = total_kld / double(r.tokens_scored);
   r.ppl = std::exp(r.mean_nll);
   return r;
 }

@@ -9,6 +9,9 @@
 //         ../shared/golden/*/ppl.json and of IntactKV's appendix F.
 // NLL per prediction = logsumexp(logits) − logits[target], in double. ppl = exp(mean NLL over all
 // scored predictions), natural log.
+// KLD (optional, `reference` forward): KL(p_ref ‖ p) = Σ_v p_ref(v)·(log p_ref(v) − log p(v)) of the
+// next-token distributions at every scored position, in double, averaged over the scored
+// predictions. Both forwards run the same window in the same loop (no logits are stored).
 #pragma once
 
 #include <cstdint>
@@ -39,16 +42,26 @@ struct PplResult {
   int64_t tokens_scored = 0;
   int64_t windows = 0;
   std::vector<double> window_nll;  // mean NLL of each window
+  bool has_kld = false;            // a reference forward was given
+  double kld = 0;                  // mean KL(p_ref || p) per scored prediction (nats)
+  std::vector<double> window_kld;  // mean KL of each window
 };
 
 // The windows a protocol cuts from `toks` (for tests and for listing what is scored).
 std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt);
 
 // Runs `fwd` (reset before every window) over the windows. Throws sinkq::Error if the text is
-// too short for one window or ctx exceeds the forward's context.
-PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt);
+// too short for one window or ctx exceeds the forward's context. With `reference` (e.g. the
+// full-precision model; same vocabulary required) also the KLD of fwd against it.
+PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
+                     Forward* reference = nullptr);
 
 // −log softmax(logits)[target] in double precision.
 double token_nll(const float* logits, int64_t vocab, int32_t target);
+
+// KL(softmax(p_logits) ‖ softmax(q_logits)) in double, nats. Exactly 0 when the logits are equal;
+// rounding can make the sum of a near-zero KL a few ulps negative, so the result is max(0, ·)
+// (the true value is >= 0 by Gibbs' inequality).
+double token_kld(const float* p_logits, const float* q_logits, int64_t vocab);
 
 }  // namespace sinkq

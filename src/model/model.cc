@@ -95,6 +95,19 @@ std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64
   return m;
 }
 
+std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, ModelWeights w) {
+  SINKQ_ASSERT(base != nullptr);
+  SINKQ_CHECK(w.layers.size() == base->w_.layers.size(),
+              "replacement weights have {} layers, the model has {}", w.layers.size(), base->w_.layers.size());
+  auto m = std::make_shared<Model>();
+  m->cfg_ = base->cfg_;
+  m->rope_ = base->rope_;
+  m->dir_ = base->dir_;
+  m->w_ = std::move(w);
+  m->base_ = std::move(base);
+  return m;
+}
+
 int64_t Model::decode_weight_bytes() const {
   auto bytes = [](const Mat& m) { return m.rows * m.cols * int64_t(dtype_size(m.dtype)); };
   int64_t total = bytes(w_.lm_head);

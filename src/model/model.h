@@ -22,6 +22,10 @@ class Model {
   // A model with random weights of the given shape, held in memory (benchmarks, tests).
   // Weights ~ U(-a, a) with a = 1/sqrt(fan_in) so activations stay O(1); norms = 1.
   static std::shared_ptr<Model> random(const ModelConfig& cfg, DType dtype, uint64_t seed);
+  // A model with base's config, RoPE table and directory but the weights `w` (e.g. fake-quantized
+  // matrices in w.owned). `w` may point into base's buffers (embeddings, norms, the mmap): the new
+  // model holds `base` alive for as long as it lives, so those pointers stay valid.
+  static std::shared_ptr<Model> with_weights(std::shared_ptr<const Model> base, ModelWeights w);
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
@@ -37,6 +41,7 @@ class Model {
   RopeTable rope_;
   std::string dir_;
   std::vector<std::vector<uint8_t>> storage_;  // backing of random()'s matrices
+  std::shared_ptr<const Model> base_;          // with_weights(): owner of borrowed weight memory
 };
 
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)

@@ -26,14 +26,22 @@ struct RunResult {
 
 std::string quote(const std::string& s) {
   std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  for (char c : s) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
   return q + "'";
 }
 
 RunResult run(const std::vector<std::string>& args) {
   testing::TempDir tmp;
   std::string cmd = quote(SINKQ_BINARY);
-  for (const auto& a : args) cmd += " " + quote(a);
+  for (const auto& a : args) {
+    cmd.push_back(' ');  // not `" " + quote(a)`: GCC 12 warns falsely on it (-Wrestrict, PR 105329)
+    cmd += quote(a);
+  }
   cmd += " >" + tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
   const int st = std::system(cmd.c_str());
   RunResult r;
@@ -162,6 +170,44 @@ TEST(CliErrors, BadFlagValues) {
   const RunResult r = run({"frobnicate"});
   EXPECT_FALSE(r.crashed);
   EXPECT_NE(r.rc, 0);
+}
+
+TEST(Cli, PplQuantPresetJsonHasConfigAndKld) {
+  const RunResult r = run({"ppl", "-m", stories(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
+                           "--ctx", "256", "--max-windows", "2", "--preset", "w8a8kv8", "--kv-gran", "token", "--kld", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j.at("config").at("preset"), "w8a8kv8");
+  EXPECT_EQ(j.at("config").at("weights").at("bits"), 8);
+  EXPECT_EQ(j.at("config").at("activations").at("mode"), "dynamic");
+  EXPECT_EQ(j.at("config").at("kv").at("granularity"), "per_token");  // the flag overrides the preset
+  EXPECT_GT(j.at("kld").get<double>(), 0.0);
+  EXPECT_EQ(j.at("window_kld").size(), 2u);
+  // Without --kld there is no kld field; without quantization flags the config says so.
+  const RunResult f = run({"ppl", "-m", stories(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
+                           "--ctx", "256", "--max-windows", "1", "--json"});
+  ASSERT_EQ(f.rc, 0) << f.err;
+  const json k = json::parse(f.out);
+  EXPECT_FALSE(k.contains("kld"));
+  EXPECT_EQ(k.at("config").at("weights"), json({{"bits", 16}}));
+}
+
+TEST(CliErrors, BadQuantFlags) {
+  const std::string text = testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt";
+  auto ppl = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a{"ppl", "-m", stories(), "-f", text, "--ctx", "256", "--max-windows", "1"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a);
+  };
+  expect_error(ppl({"--preset", "w8a8", "--a-quant", "static"}), {"--a-quant", "static", "--calib"});
+  expect_error(ppl({"--w-bits", "1"}), {"--w-bits"});
+  expect_error(ppl({"--kv-bits", "12"}), {"--kv-bits"});
+  expect_error(ppl({"--preset", "w2a2"}), {"--preset", "w2a2"});
+  expect_error(ppl({"--a-quant", "minmax"}), {"--a-quant", "minmax"});
+  expect_error(ppl({"--kv-gran", "channel"}), {"--kv-gran"});
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "cross", "--a-alpha", "2"}), {"--a-alpha"});
+  expect_error(ppl({"--w-bits", "4", "--w-group", "-1"}), {"--w-group"});
+  expect_error(ppl({"--w-bits", "4", "--w-clip", "1.5"}), {"--w-clip"});
 }
 
 }  // namespace

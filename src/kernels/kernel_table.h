@@ -13,10 +13,6 @@
 
 namespace sinkq::detail {
 
-// Small-T GEMV handles up to this many tokens per pass over the weights (T <= kGemvMaxT goes
-// through gemv; larger T goes to sgemm).
-inline constexpr int64_t kGemvMaxT = 8;
-
 struct KernelTable {
   // y[t*ldy + r] = sum_k x[t*in + k] * W[r*in + k] (+ bias[r] if non-null), for r in [r0, r1) and
   // t in [0, T). W: [rows, in] of dtype dt. Any T works (processed in passes of <= 4 tokens);
@@ -44,6 +40,10 @@ struct KernelTable {
   void (*silu_mul)(float* g, const float* u, int64_t n);
   // Plain fp32 sum of x[0, n) (used by the memory-bandwidth probe).
   float (*sum)(const float* x, int64_t n);
+  // matmul uses gemv for T <= gemv_max_t and sgemm above. Measured (one Zen core, 2048..14336
+  // wide): the weight-streaming gemv beats OpenBLAS sgemm (plus widening) up to T ~ 32 with
+  // AVX-512 and T ~ 16 with AVX2; sgemm has a large fixed cost at small T.
+  int64_t gemv_max_t;
 };
 
 const KernelTable& kernels_scalar();

@@ -20,6 +20,7 @@ struct VT {
   using V = __m256;
   static constexpr int W = 8;
   static constexpr int kMaxTokens = 2;  // 4 rows x 2 tokens = 8 accumulators of 16 ymm registers
+  static constexpr int64_t kGemvMaxT = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float a) { return _mm256_set1_ps(a); }
   static V load(const float* p) { return _mm256_loadu_ps(p); }

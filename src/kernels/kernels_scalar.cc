@@ -15,6 +15,7 @@ struct VT {
   using V = float;
   static constexpr int W = 1;
   static constexpr int kMaxTokens = 4;
+  static constexpr int64_t kGemvMaxT = 8;
   static V zero() { return 0.0f; }
   static V set1(float a) { return a; }
   static V load(const float* p) { return *p; }

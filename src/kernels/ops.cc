@@ -4,9 +4,10 @@
 // over OpenMP threads (num_threads()) and picks the table of active_isa() on every call, so
 // set_isa() / SINKQ_ISA take effect immediately.
 //
-// matmul:  T <= 8: small-T GEMV straight from the stored dtype (decode is bound by weight bytes);
-//          T  > 8: OpenBLAS sgemm, each thread on its own slice of output features. BF16/F16 are
-//          widened per block of rows into a thread-local fp32 scratch first (bounded memory).
+// matmul:  small T (<= 32 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
+//          the stored dtype, all T tokens per pass over the weights (decode is bound by weight
+//          bytes); larger T: OpenBLAS sgemm on blocks of output features handed to the threads.
+//          BF16/F16 blocks are widened into a thread-local fp32 scratch first (bounded memory).
 #include <omp.h>
 
 #include <algorithm>
@@ -121,7 +122,7 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
     return;
   }
   const KernelTable& k = detail::kernels();
-  if (T > detail::kGemvMaxT) return matmul_sgemm(k, x, T, W, bias, y);
+  if (T > k.gemv_max_t) return matmul_sgemm(k, x, T, W, bias, y);
   // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core.
   const int nt = threads_for(double(out) * double(in) * (double(dtype_size(W.dtype)) / 20.0 + double(T) / 12.0));
   if (nt == 1) return k.gemv(W.dtype, W.data, in, 0, out, x, T, bias, y, out);

@@ -40,9 +40,10 @@ struct KernelTable {
   void (*silu_mul)(float* g, const float* u, int64_t n);
   // Plain fp32 sum of x[0, n) (used by the memory-bandwidth probe).
   float (*sum)(const float* x, int64_t n);
-  // matmul uses gemv for T <= gemv_max_t and sgemm above. Measured (one Zen core, 2048..14336
-  // wide): the weight-streaming gemv beats OpenBLAS sgemm (plus widening) up to T ~ 32 with
-  // AVX-512 and T ~ 16 with AVX2; sgemm has a large fixed cost at small T.
+  // matmul uses gemv for T <= gemv_max_t and sgemm above. Measured on one Zen core (out x in from
+  // 2048x2048 to 1024x14336): the weight-streaming gemv beats OpenBLAS sgemm (plus widening for
+  // BF16/F16) up to T = 64 with AVX-512 (ties for F32 at T = 64) and T ~ 16 with AVX2; sgemm has
+  // a large fixed cost at small T and widening a BF16 matrix costs as much as ~30 GEMV tokens.
   int64_t gemv_max_t;
 };
 

@@ -23,7 +23,7 @@ struct VT {
   using V = __m512;
   static constexpr int W = 16;
   static constexpr int kMaxTokens = 4;  // 4 rows x 4 tokens = 16 accumulators of 32 zmm registers
-  static constexpr int64_t kGemvMaxT = 32;
+  static constexpr int64_t kGemvMaxT = 64;
   static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
   static V zero() { return _mm512_setzero_ps(); }
   static V set1(float a) { return _mm512_set1_ps(a); }

@@ -4,7 +4,7 @@
 // over OpenMP threads (num_threads()) and picks the table of active_isa() on every call, so
 // set_isa() / SINKQ_ISA take effect immediately.
 //
-// matmul:  small T (<= 32 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
+// matmul:  small T (<= 64 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
 //          the stored dtype, all T tokens per pass over the weights (decode is bound by weight
 //          bytes); larger T: OpenBLAS sgemm on blocks of output features handed to the threads.
 //          BF16/F16 blocks are widened into a thread-local fp32 scratch first (bounded memory).
@@ -54,8 +54,9 @@ std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align) {
   return {b, e};
 }
 
-// Rows per widening block of the BF16/F16 sgemm path: ~2 MiB of fp32 scratch per thread (fits L2
-// with the x panel streaming), at least 16 and at most 256 rows.
+// Rows per widening block of the BF16/F16 sgemm path: ~2 MiB of fp32 scratch per thread (large
+// enough that sgemm's per-call packing of x is amortised, small enough to stay in L3), at least
+// 16 and at most 256 rows.
 int64_t widen_block_rows(int64_t in) {
   int64_t rb = (int64_t(2) << 20) / (4 * std::max<int64_t>(in, 1));
   rb = rb / 16 * 16;
@@ -101,8 +102,8 @@ void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W,
   }
 }
 
-// Rows per GEMV work item: ~8 items per thread for balance, 8..256 rows (multiple of the 8-row
-// tile so every row is computed by the same tile shape whatever the thread count).
+// Rows per GEMV work item: ~8 items per thread for balance, 8..256 rows, a multiple of the 8-row
+// decode tile so tiles stay full. (Each row's summation order never depends on the tiling.)
 int64_t gemv_block_rows(int64_t out, int nt) {
   int64_t rb = out / (int64_t(nt) * 8);
   rb = rb / 8 * 8;
@@ -124,7 +125,8 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
   const KernelTable& k = detail::kernels();
   if (T > k.gemv_max_t) return matmul_sgemm(k, x, T, W, bias, y);
   // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core.
-  const int nt = threads_for(double(out) * double(in) * (double(dtype_size(W.dtype)) / 20.0 + double(T) / 12.0));
+  const double ns_per_weight = double(dtype_size(W.dtype)) / 20.0 + double(T) / 12.0;
+  const int nt = threads_for(double(out) * double(in) * ns_per_weight);
   if (nt == 1) return k.gemv(W.dtype, W.data, in, 0, out, x, T, bias, y, out);
   const int64_t rb = gemv_block_rows(out, nt), nblocks = (out + rb - 1) / rb;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
@@ -186,6 +188,7 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
   const float scale = float(1.0 / std::sqrt(double(D)));
   const int64_t pairs = T * H;
   const int64_t max_keys = n_past + T;
+  // Most keys one query sees.
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
   const int nt = threads_for(double(pairs) * double(keys) * D * 4.0 / 30.0);  // ~30 GFLOP/s
   // Causal rows cost more for later t: dynamic chunks of a few (t, h) pairs balance the threads;
@@ -194,7 +197,7 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
 #pragma omp parallel num_threads(nt)
   {
     static thread_local std::vector<float> sc;  // scores of one (t, h): [n keys]
-    if (sc.size() < size_t(max_keys)) sc.resize(size_t(max_keys));
+    if (sc.size() < size_t(keys)) sc.resize(size_t(keys));
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t p = 0; p < pairs; ++p) {
       const int64_t t = p / H;

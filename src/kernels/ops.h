@@ -2,8 +2,17 @@
 //
 // Shapes: weights [out, in] row-major (HF nn.Linear); activations [tokens, features] row-major.
 // Each op has a plain scalar reference in namespace sinkq::ref (ops_ref.cc) that tests hold the
-// fast versions to. Fast versions use OpenBLAS sgemm for T > 1 and hand-written AVX2 / AVX-512
-// GEMV for T == 1, chosen at run time (cpu_features.h); both cores through OpenMP.
+// fast versions to. Fast versions use hand-written AVX2 / AVX-512 GEMV for small T (decode; up to
+// T = 64 with AVX-512, 16 with AVX2, 8 scalar) and OpenBLAS sgemm above, chosen at run time
+// (cpu_features.h); all cores through OpenMP.
+//
+// Threading: every op parallelises internally with OpenMP over num_threads() threads (small jobs
+// stay on the calling thread); OpenBLAS is pinned to one thread and driven from the OpenMP
+// threads, so there is one thread pool. Call the ops from one thread at a time (calls from inside
+// an enclosing OpenMP region run single-threaded: nested parallelism is off). Results do not
+// depend on the thread count (each output is computed by one thread in a fixed order).
+// Memory: no alignment requirements; per-thread scratch is thread_local and kept (BF16/F16 sgemm:
+// <= ~2 MiB of fp32 rows; attention: n_past + T floats).
 #pragma once
 
 #include <cstdint>
@@ -27,12 +36,15 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, flo
 void embed_rows(const Mat& table, std::span<const int32_t> ids, float* out);
 
 // RoPE tables: inv_freq[head_dim/2] with rope_scaling applied (HF _compute_llama3_parameters
-// for "llama3"; linear scaling divides positions by factor), cos/sin computed per position on
-// the fly in double, then rounded to fp32 like HF computes them in fp32.
+// for "llama3"; "linear" divides inv_freq by factor), cos/sin computed per position on
+// the fly in double, then rounded to fp32 like HF computes them in fp32. Every other step (inv_freq,
+// the llama3 blend, angle = inv_freq * pos, the rotation) is done in fp32 in HF's order.
+// "linear": HF >= 4.38 divides inv_freq by factor (older code divided positions); make() does the
+// former, so position_scale stays 1 (it is honoured if a caller sets it).
 struct RopeTable {
   int head_dim = 0;
   std::vector<float> inv_freq;       // [head_dim/2]
-  float position_scale = 1.0f;       // 1/factor for "linear"
+  float position_scale = 1.0f;       // positions are multiplied by this (1: unused)
   static RopeTable make(const ModelConfig& cfg);
 };
 

@@ -1,5 +1,5 @@
 // tests/kernels/matmul_test.cc — matmul (GEMV for small T, sgemm above) against ref::matmul.
-// T covers both sides of every ISA's GEMV/sgemm switch (8 scalar, 16 AVX2, 32 AVX-512).
+// T covers both sides of every ISA's GEMV/sgemm switch (8 scalar, 16 AVX2, 64 AVX-512).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +20,7 @@ struct Shape {
   int64_t out, in;
 };
 const Shape kShapes[] = {{1, 1}, {3, 5}, {13, 17}, {67, 63}, {130, 100}, {9, 257}, {33, 1000}, {17, 2051}, {301, 1000}};
-const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 33, 130};
+const int64_t kTs[] = {1, 2, 3, 5, 7, 8, 9, 17, 33, 64, 65};
 const DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
 
 // sum_k |x_tk w_rk| (+ |b_r|) in double: the scale of the dot product's rounding error.

@@ -154,16 +154,9 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
     for (size_t i = 0; i < list->size(); ++i) {
       const json& a = (*list)[i];
       const std::string f = fmt::format("added_tokens[{}]", i);
-      AddedToken t;
-      t.id = int32_t(json_int_or(a, "id", -1, path, f));
-      SINKQ_CHECK(t.id >= 0, "{}: {}.id is missing or negative", path, f);
-      t.content = json_string(a, "content", path, f);
-      t.special = json_bool_or(a, "special", false, path, f);
-      t.lstrip = json_bool_or(a, "lstrip", false, path, f);
-      t.rstrip = json_bool_or(a, "rstrip", false, path, f);
-      t.single_word = json_bool_or(a, "single_word", false, path, f);
-      t.normalized = json_bool_or(a, "normalized", !t.special, path, f);
-      add_token(std::move(t));
+      const auto id = int32_t(json_int_or(a, "id", -1, path, f));
+      SINKQ_CHECK(id >= 0, "{}: {}.id is missing or negative", path, f);
+      add_token(added_token_from_json(a, id, path, f));
     }
   }
   const SpecialConfig sc = read_special_config(dir_of(path));

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "tokenizer/added_tokens.h"
 
 namespace sinkq::tok {
 
@@ -54,6 +55,22 @@ inline int64_t json_int_or(const nlohmann::json& j, const char* key, int64_t dfl
   if (!v) return dflt;
   SINKQ_CHECK(v->is_number_integer(), "{}: {}.{} is not an integer", file, field, key);
   return v->get<int64_t>();
+}
+
+// The text and flags of one added token, as tokenizer.json's added_tokens[] and
+// tokenizer_config.json's added_tokens_decoder{} both spell them. `normalized` defaults to
+// !special, as in HF tokenizers.
+inline AddedToken added_token_from_json(const nlohmann::json& v, int32_t id, const std::string& file,
+                                        const std::string& field) {
+  AddedToken t;
+  t.id = id;
+  t.content = json_string(v, "content", file, field);
+  t.special = json_bool_or(v, "special", false, file, field);
+  t.lstrip = json_bool_or(v, "lstrip", false, file, field);
+  t.rstrip = json_bool_or(v, "rstrip", false, file, field);
+  t.single_word = json_bool_or(v, "single_word", false, file, field);
+  t.normalized = json_bool_or(v, "normalized", !t.special, file, field);
+  return t;
 }
 
 }  // namespace sinkq::tok

@@ -67,19 +67,13 @@ SpecialConfig read_special_config(const std::string& dir) {
       SINKQ_CHECK(atd->is_object(), "{}: added_tokens_decoder is not an object", tc_path);
       for (const auto& [key, v] : atd->items()) {
         const std::string field = "added_tokens_decoder." + key;
-        AddedToken t;
+        int32_t id = -1;
         try {
-          t.id = std::stoi(key);
+          id = std::stoi(key);
         } catch (const std::exception&) {
           fail("{}: {}: key is not a token id", tc_path, field);
         }
-        t.content = json_string(v, "content", tc_path, field);
-        t.special = json_bool_or(v, "special", false, tc_path, field);
-        t.lstrip = json_bool_or(v, "lstrip", false, tc_path, field);
-        t.rstrip = json_bool_or(v, "rstrip", false, tc_path, field);
-        t.single_word = json_bool_or(v, "single_word", false, tc_path, field);
-        t.normalized = json_bool_or(v, "normalized", !t.special, tc_path, field);
-        sc.added_tokens_decoder.push_back(std::move(t));
+        sc.added_tokens_decoder.push_back(added_token_from_json(v, id, tc_path, field));
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "core/mmap.h"
 #include "eval/ppl.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"

@@ -24,8 +24,6 @@ CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required = true)
 void add_output_flags(CLI::App& cmd, CommonFlags& f); // --json, --threads
 void apply_threads(const CommonFlags& f);
 
-// Text of a file with CRLF -> LF (the evaluation convention); error names the file.
-std::string read_text_file(const std::string& path);
 // Prints JSON on stdout (one document, newline-terminated).
 void print_json(const nlohmann::json& j);
 // Progress line on stderr ("\r" rewrite when stderr is a terminal, else whole lines, throttled).

@@ -26,17 +26,6 @@ void apply_threads(const CommonFlags& f) {
   if (f.threads > 0) set_num_threads(f.threads);
 }
 
-std::string read_text_file(const std::string& path) {
-  std::string s = read_file(path);
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') continue;
-    out.push_back(s[i]);
-  }
-  return out;
-}
-
 void print_json(const nlohmann::json& j) {
   const std::string s = j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   std::fwrite(s.data(), 1, s.size(), stdout);

@@ -139,6 +139,17 @@ void AtomicFileWriter::commit() {
   }
 }
 
+std::string read_text_file(const std::string& path) {
+  const std::string s = read_file(path);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') continue;
+    out.push_back(s[i]);
+  }
+  return out;
+}
+
 void write_file_atomic(const std::string& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents);

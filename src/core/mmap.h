@@ -32,6 +32,9 @@ class MappedFile {
 // Whole file as a string; throws sinkq::Error naming the path (also for a directory or other
 // non-regular file, which std::ifstream would otherwise read as empty).
 std::string read_file(const std::string& path);
+// Whole text file with CRLF read as LF (the evaluation convention of the papers' data loaders and
+// of ../shared/golden); throws sinkq::Error naming the path.
+std::string read_text_file(const std::string& path);
 // Writes atomically: path.tmp.<pid>.<n> then rename(2). Throws sinkq::Error naming the path.
 void write_file_atomic(const std::string& path, std::string_view contents);
 

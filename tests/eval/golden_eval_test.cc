@@ -18,13 +18,6 @@ using nlohmann::json;
 std::string sd() { return testing::shared_dir(); }
 json load_json(const std::string& rel) { return json::parse(read_file(sd() + "/" + rel)); }
 
-std::string read_lf(const std::string& path) {
-  std::string s = read_file(path), out;
-  for (size_t i = 0; i < s.size(); ++i)
-    if (!(s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n')) out.push_back(s[i]);
-  return out;
-}
-
 std::vector<int32_t> encode_raw(const Tokenizer& t, const std::string& text) {
   EncodeOptions o;
   o.add_special = o.parse_special = false;
@@ -65,7 +58,7 @@ TEST(GoldenPpl, Stories260KWholePipeline) {
       {"tinystories_sample", sd() + "/golden/stories260K/tinystories_sample.txt"}};
   for (const auto& [name, path] : corpora) {
     const json& c = g.at(name);
-    const auto toks = encode_raw(*tok, read_lf(path));
+    const auto toks = encode_raw(*tok, read_text_file(path));
     EXPECT_EQ(int64_t(toks.size()), c.at("total_tokens_in_file").get<int64_t>()) << name;
     PplOptions o;
     o.ctx = 512, o.protocol = PplProtocol::Bos, o.max_windows = 4, o.bos_id = tok->bos_id();
@@ -85,7 +78,7 @@ TEST(GoldenPpl, Mixtext25MBosCtx256) {
   const json g = load_json("golden/mixtext-2.5M/ppl.json");
   for (const char* name : {"wikitext2_test", "tinystories_sample"}) {
     const json& c = g.at(name);
-    const auto toks = encode_raw(*tok, read_lf(sd() + "/" + c.at("file").get<std::string>()));
+    const auto toks = encode_raw(*tok, read_text_file(sd() + "/" + c.at("file").get<std::string>()));
     PplOptions o;
     o.ctx = 256, o.protocol = PplProtocol::Bos, o.max_windows = 4, o.bos_id = tok->bos_id();
     Forward fwd(model, 256);

@@ -33,7 +33,7 @@ class WholeFile : public ::testing::TestWithParam<WholeFileParam> {};
 TEST_P(WholeFile, MatchesReferenceAndRoundTrips) {
   const WholeFileParam& p = GetParam();
   const Tokenizer& tok = shared_tokenizer(p.tokenizer);
-  const std::string text = read_text_lf(shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt");
+  const std::string text = read_text_file(shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt");
   const auto t0 = std::chrono::steady_clock::now();
   const auto ids = tok.encode(text, {.add_special = false});
   const double secs = seconds_since(t0);

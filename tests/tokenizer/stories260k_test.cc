@@ -75,7 +75,7 @@ TEST_P(Stories, StreamDecoderReproducesDecode) {
 
 // ppl.json: toks = encode(whole file, CRLF -> LF, no BOS); window k = [1] + toks[511k : 511k + 511].
 void check_windows(const Tokenizer& tok, const json& corpus, const std::string& path, const char* label) {
-  const std::string text = read_text_lf(path);
+  const std::string text = read_text_file(path);
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<int32_t> toks = tok.encode(text, {.add_special = false});
   const double secs = seconds_since(t0);

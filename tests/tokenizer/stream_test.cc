@@ -28,7 +28,7 @@ TEST_P(Stream, ConcatenationEqualsDecode) {
       "  two leading spaces",
   };
   // Long text: many window restarts (the window restarts every ~64 ids).
-  texts.push_back(read_text_lf(shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt").substr(0, 6000));
+  texts.push_back(read_text_file(shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt").substr(0, 6000));
   for (const VocabCase& c : read_llamacpp_cases("llama-spm")) texts.push_back(c.text);
   for (const std::string& text : texts) {
     const auto ids = tok.encode(text);  // with BOS where the tokenizer adds one

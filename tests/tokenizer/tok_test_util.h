@@ -117,17 +117,6 @@ inline std::vector<VocabCase> read_llamacpp_cases(const std::string& vocab) {
   return cases;
 }
 
-// A text file with CRLF -> LF (the ppl protocol).
-inline std::string read_text_lf(const std::string& path) {
-  std::string s = read_file(path), out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\r' && i + 1 < s.size() && s[i + 1] == '\n') continue;
-    out += s[i];
-  }
-  return out;
-}
-
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -65,12 +65,13 @@ void register_generate(CLI::App& app) {
       std::fflush(stdout);
     });
     const double dec_tps = r.generated.size() > 1 ? double(r.generated.size() - 1) / r.decode_seconds : 0.0;
+    const double pre_tps = r.prefill_seconds > 0 ? double(prompt.size()) / r.prefill_seconds : 0.0;  // -n 0: no prefill
     if (o->json) {
       print_json({{"prompt_ids", prompt},
                   {"generated_ids", r.generated},
                   {"text", tok->decode(r.generated)},
                   {"stopped", r.stopped},
-                  {"prefill_tokens_per_s", double(prompt.size()) / r.prefill_seconds},
+                  {"prefill_tokens_per_s", pre_tps},
                   {"decode_tokens_per_s", dec_tps}});
       return;
     }
@@ -80,7 +81,7 @@ void register_generate(CLI::App& app) {
     std::fflush(stdout);
     std::fprintf(stderr, "[%zu prompt tokens, %zu generated%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
                  prompt.size(), r.generated.size(), r.stopped ? ", stopped at EOS" : "",
-                 double(prompt.size()) / r.prefill_seconds, dec_tps);
+                 pre_tps, dec_tps);
   });
 }
 

@@ -64,6 +64,17 @@ class Forward {
   // Throws sinkq::Error when the cache would overflow. The span stays valid until the next call.
   std::span<const float> step(std::span<const int32_t> tokens, bool all_logits);
 
+  // Layer-at-a-time execution for layer-wise calibration (grid searches compare one block's
+  // output under candidate quantizers without re-running the layers before it). Same code as
+  // step(); tokens.size() = T <= max_batch, at positions n_past()..n_past()+T-1.
+  //   embed(tokens, x)          x [T, hidden] = the embedding rows (the input of layer 0)
+  //   run_layer(l, tokens, x)   x ← layer l (x) in place, hooks included; writes layer l's cache
+  //                             rows at those positions and does NOT advance n_past(), so the
+  //                             same layer can be run again on other inputs (a later candidate
+  //                             overwrites the rows an earlier one wrote)
+  void embed(std::span<const int32_t> tokens, float* x);
+  void run_layer(int l, std::span<const int32_t> tokens, float* x);
+
  private:
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
   void layer(int l, int64_t T);

@@ -89,6 +89,29 @@ TEST(Forward, ChunkedPrefillEqualsWholePrefill) {
   for (size_t i = 0; i < V; ++i) ASSERT_NEAR(last[i], ref[(g.ids.size() - 1) * V + i], 1e-4);
 }
 
+// embed + run_layer for every layer is step()'s layer loop, called from outside: the residual
+// stream after the last layer is bit-identical (same kernels, same order), and run_layer neither
+// advances n_past nor forgets the cache rows it wrote (a second call on the same rows is a no-op).
+TEST(Forward, LayerAtATimeEqualsStep) {
+  const auto model = load_model("mixtext-2.5M");
+  const Golden g = load_golden("mixtext-2.5M");
+  const int L = model->config().num_layers;
+  const size_t H = size_t(model->config().hidden_size);
+  Forward whole(model, 64), layered(model, 64);
+  std::vector<float> ref;
+  whole.hooks().add(Site::Out, L - 1, [&](SiteView& v) { ref.assign(v.data, v.data + v.tokens * v.features); });
+  whole.step(g.ids, false);
+  std::vector<float> x(g.ids.size() * H);
+  layered.embed(g.ids, x.data());
+  for (int l = 0; l < L; ++l) layered.run_layer(l, g.ids, x.data());
+  EXPECT_EQ(layered.n_past(), 0);
+  ASSERT_EQ(x.size(), ref.size());
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], ref[i]) << i;
+  EXPECT_THROW(layered.run_layer(L, g.ids, x.data()), Error);
+  Forward small(model, 64, /*max_batch=*/4);
+  EXPECT_THROW(small.run_layer(0, g.ids, x.data()), Error);  // more tokens than max_batch
+}
+
 TEST(Forward, ContextOverflowIsAnError) {
   const auto model = load_model("stories260K");
   EXPECT_THROW(Forward(model, model->config().max_position_embeddings + 1), Error);

@@ -1,0 +1,94 @@
+#include "eval/calib_data.h"
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string_view>
+
+#include "core/error.h"
+#include "core/mmap.h"
+
+namespace sinkq {
+
+namespace {
+
+// True when the first non-blank line parses as a JSON object: the file is jsonl.
+bool looks_like_jsonl(std::string_view text) {
+  size_t b = text.find_first_not_of(" \t\n");
+  if (b == std::string_view::npos || text[b] != '{') return false;
+  size_t e = text.find('\n', b);
+  auto j = nlohmann::json::parse(text.substr(b, e == std::string_view::npos ? text.size() - b : e - b),
+                                 nullptr, /*allow_exceptions=*/false);
+  return j.is_object();
+}
+
+}  // namespace
+
+CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOptions& opt) {
+  SINKQ_CHECK(opt.samples >= 1, "calibration: the number of samples must be >= 1 (got {})", opt.samples);
+  SINKQ_CHECK(opt.len >= 2, "calibration: the sample length must be >= 2 tokens (got {})", opt.len);
+  const std::string text = read_text_file(path);
+  SINKQ_CHECK(!text.empty(), "calibration file '{}' is empty", path);
+
+  CalibSet set;
+  set.file = path;
+  set.options = opt;
+  set.bos = opt.bos && tok.bos_id() >= 0;
+  std::vector<std::string> docs;
+  if (looks_like_jsonl(text)) {
+    set.format = "jsonl";
+    size_t pos = 0;
+    int64_t line_no = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();
+      ++line_no;
+      std::string_view line(text.data() + pos, end - pos);
+      pos = end + 1;
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      SINKQ_CHECK(j.is_object(), "calibration file '{}' line {}: not a JSON object (jsonl expected)", path, line_no);
+      auto it = j.find("text");
+      SINKQ_CHECK(it != j.end() && it->is_string(), "calibration file '{}' line {}: no string field \"text\"", path,
+                  line_no);
+      docs.push_back(it->get<std::string>());
+    }
+  } else {
+    set.format = "text";
+    docs.push_back(text);
+  }
+  set.documents = int64_t(docs.size());
+
+  EncodeOptions raw;
+  raw.add_special = false;
+  raw.parse_special = false;
+  const int64_t body = opt.len - (set.bos ? 1 : 0);
+  std::vector<std::vector<int32_t>> eligible;
+  size_t longest = 0;
+  for (const std::string& d : docs) {
+    std::vector<int32_t> ids = tok.encode(d, raw);
+    longest = std::max(longest, ids.size());
+    if (int64_t(ids.size()) >= body) eligible.push_back(std::move(ids));
+  }
+  set.eligible = int64_t(eligible.size());
+  SINKQ_CHECK(!eligible.empty(),
+              "calibration file '{}': no document has the {} tokens a sample needs (longest: {} tokens); "
+              "use a shorter --calib-len",
+              path, body, longest);
+
+  std::mt19937_64 rng(opt.seed);
+  set.samples.reserve(size_t(opt.samples));
+  for (int64_t i = 0; i < opt.samples; ++i) {
+    const auto& ids = eligible[size_t(rng() % uint64_t(eligible.size()))];
+    const uint64_t starts = uint64_t(int64_t(ids.size()) - body + 1);
+    const size_t start = size_t(rng() % starts);
+    std::vector<int32_t> s;
+    s.reserve(size_t(opt.len));
+    if (set.bos) s.push_back(int32_t(tok.bos_id()));
+    s.insert(s.end(), ids.begin() + std::ptrdiff_t(start), ids.begin() + std::ptrdiff_t(start + size_t(body)));
+    set.samples.push_back(std::move(s));
+  }
+  return set;
+}
+
+}  // namespace sinkq

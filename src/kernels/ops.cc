@@ -180,14 +180,20 @@ void softmax(float* x, int64_t n) {
 
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out) {
+  attention(s, q, KvSegment{}, k_cache, v_cache, n_past, T, out);
+}
+
+void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
+               const float* v_cache, int64_t n_past, int64_t T, float* out) {
   SINKQ_ASSERT(s.n_heads > 0 && s.n_kv_heads > 0 && s.head_dim > 0 && s.n_heads % s.n_kv_heads == 0);
-  SINKQ_ASSERT(n_past >= 0 && T >= 0 && s.sliding_window >= 0);
+  SINKQ_ASSERT(n_past >= 0 && T >= 0 && s.sliding_window >= 0 && prefix.rows >= 0);
   const KernelTable& k = detail::kernels();
   const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // cache row stride (floats)
+  const int64_t P = prefix.rows;
+  const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // cache (and prefix) row stride (floats)
   const float scale = float(1.0 / std::sqrt(double(D)));
   const int64_t pairs = T * H;
-  const int64_t max_keys = n_past + T;
+  const int64_t max_keys = P + n_past + T;
   // Most keys one query sees.
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
   const int nt = threads_for(double(pairs) * double(keys) * D * 4.0 / 30.0);  // ~30 GFLOP/s
@@ -196,21 +202,34 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
   const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 32));
 #pragma omp parallel num_threads(nt)
   {
-    static thread_local std::vector<float> sc;  // scores of one (t, h): [n keys]
+    static thread_local std::vector<float> sc;   // scores of one (t, h): [n keys]
+    static thread_local std::vector<float> acc;  // the body segment's weighted sum: [D]
     if (sc.size() < size_t(keys)) sc.resize(size_t(keys));
+    if (acc.size() < size_t(D)) acc.resize(size_t(D));
 #pragma omp for schedule(dynamic, chunk)
     for (int64_t p = 0; p < pairs; ++p) {
       const int64_t t = p / H;
       const int h = int(p % H), g = h / group;
-      const int64_t hi = n_past + t;  // cache row of this query
+      const int64_t hi = P + n_past + t;  // absolute position of this query
       const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
-      const int64_t n = hi - lo + 1;
+      // Visible prefix rows [lo, P) and cache rows [blo, hi - P], in absolute order.
+      const int64_t np = std::max<int64_t>(0, P - lo);
+      const int64_t blo = std::max<int64_t>(0, lo - P);
+      const int64_t nb = hi - P - blo + 1;
       const float* qv = q + p * D;
-      const float* K = k_cache + lo * ldkv + int64_t(g) * D;
-      const float* V = v_cache + lo * ldkv + int64_t(g) * D;
-      k.scores(qv, K, ldkv, n, D, scale, sc.data());
-      const float sum = k.exp_shift_sum(sc.data(), n);
-      k.weighted_sum(sc.data(), V, ldkv, n, D, 1.0f / sum, out + p * D);
+      const float* K = k_cache + blo * ldkv + int64_t(g) * D;
+      const float* V = v_cache + blo * ldkv + int64_t(g) * D;
+      if (np > 0) k.scores(qv, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data());
+      k.scores(qv, K, ldkv, nb, D, scale, sc.data() + np);
+      const float inv = 1.0f / k.exp_shift_sum(sc.data(), np + nb);
+      float* o = out + p * D;
+      if (np == 0) {
+        k.weighted_sum(sc.data(), V, ldkv, nb, D, inv, o);
+        continue;
+      }
+      k.weighted_sum(sc.data(), prefix.v + lo * ldkv + int64_t(g) * D, ldkv, np, D, inv, o);
+      k.weighted_sum(sc.data() + np, V, ldkv, nb, D, inv, acc.data());
+      for (int d = 0; d < D; ++d) o[d] += acc[size_t(d)];
     }
   }
 }

@@ -70,6 +70,21 @@ struct AttnShape {
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out);
 
+// Keys and values of a shared prefix that sits in front of the cache (PrefixQuant / IntactKV):
+// `rows` rows of [n_kv_heads, head_dim] at absolute positions 0..rows-1, held elsewhere (never
+// copied into a sequence's cache). rows = 0: no prefix.
+struct KvSegment {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t rows = 0;
+};
+// The same attention with `prefix` in front: cache row j is absolute position prefix.rows + j,
+// query t sits at prefix.rows + n_past + t, and the window (if any) counts absolute positions.
+// Equal to attention() over the concatenation [prefix; cache] up to fp32 summation order (the
+// two segments' weighted sums are added at the end).
+void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
+               const float* v_cache, int64_t n_past, int64_t T, float* out);
+
 namespace ref {
 // Scalar references: straightforward loops, double accumulation where it clarifies intent.
 void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y);
@@ -79,6 +94,8 @@ void silu_mul(float* g, const float* u, int64_t T, int64_t n);
 void softmax(float* x, int64_t n);
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out);
+void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
+               const float* v_cache, int64_t n_past, int64_t T, float* out);
 }  // namespace ref
 
 // Number of worker threads the kernels use (OpenMP and OpenBLAS); default: all cores, or

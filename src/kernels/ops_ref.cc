@@ -74,10 +74,19 @@ void softmax(float* x, int64_t n) {
 
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out) {
+  ref::attention(s, q, KvSegment{}, k_cache, v_cache, n_past, T, out);
+}
+
+void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
+               const float* v_cache, int64_t n_past, int64_t T, float* out) {
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, group = H / Hkv;
+  const int64_t P = prefix.rows;
   const double scale = double(float(1.0 / std::sqrt(double(D))));  // the fp32 scale, as HF
+  // Absolute position j: prefix row j (j < P) or cache row j - P.
+  auto krow = [&](int64_t j, int g) { return (j < P ? prefix.k + j * Hkv * D : k_cache + (j - P) * Hkv * D) + g * D; };
+  auto vrow = [&](int64_t j, int g) { return (j < P ? prefix.v + j * Hkv * D : v_cache + (j - P) * Hkv * D) + g * D; };
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t hi = n_past + t;
+    const int64_t hi = P + n_past + t;
     const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
     for (int h = 0; h < H; ++h) {
       const float* qv = q + (t * H + h) * D;
@@ -85,7 +94,7 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
       std::vector<double> p(size_t(hi - lo + 1));
       double m = -INFINITY;
       for (int64_t j = lo; j <= hi; ++j) {
-        const float* kv = k_cache + (j * Hkv + g) * D;
+        const float* kv = krow(j, g);
         double acc = 0.0;
         for (int d = 0; d < D; ++d) acc += double(qv[d]) * double(kv[d]);
         p[j - lo] = acc * scale;
@@ -95,7 +104,7 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
       for (double& v : p) sum += v = std::exp(v - m);
       for (int d = 0; d < D; ++d) {
         double acc = 0.0;
-        for (int64_t j = lo; j <= hi; ++j) acc += p[j - lo] * double(v_cache[(j * Hkv + g) * D + d]);
+        for (int64_t j = lo; j <= hi; ++j) acc += p[j - lo] * double(vrow(j, g)[d]);
         out[(t * H + h) * D + d] = float(acc / sum);
       }
     }

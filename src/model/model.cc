@@ -157,6 +157,52 @@ std::span<const float> Forward::step(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
+void Forward::set_prefix(std::shared_ptr<const KvPrefix> prefix) {
+  SINKQ_CHECK(cache_.size() == 0, "a KV prefix can only be set between sequences ({} body tokens are in the cache)",
+              cache_.size());
+  if (prefix) {
+    const ModelConfig& c = model_->config();
+    SINKQ_CHECK(prefix->num_layers() == c.num_layers && prefix->kv_dim() == c.kv_dim(),
+                "the KV prefix has {} layers of width {}, the model {} of width {}", prefix->num_layers(),
+                prefix->kv_dim(), c.num_layers, c.kv_dim());
+    SINKQ_CHECK(prefix->size() + cache_.capacity() <= c.max_position_embeddings,
+                "a prefix of {} tokens plus a context of {} tokens exceeds the model's max_position_embeddings "
+                "({}); use a shorter context",
+                prefix->size(), cache_.capacity(), c.max_position_embeddings);
+  }
+  prefix_ = std::move(prefix);
+}
+
+std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,
+                                                  const std::function<void(Forward&)>& prepare) {
+  SINKQ_CHECK(!tokens.empty(), "the KV prefix is empty");
+  const ModelConfig& c = model->config();
+  const int64_t P = int64_t(tokens.size());
+  SINKQ_CHECK(P < c.max_position_embeddings, "a KV prefix of {} tokens leaves no room in max_position_embeddings ({})",
+              P, c.max_position_embeddings);
+  Forward fwd(model, P);
+  if (prepare) prepare(fwd);
+  fwd.step(tokens, false);
+  auto p = std::make_shared<KvPrefix>();
+  p->num_layers_ = c.num_layers;
+  p->kv_dim_ = c.kv_dim();
+  const size_t per_layer = size_t(P * c.kv_dim());
+  p->k_.resize(per_layer * size_t(c.num_layers));
+  p->v_.resize(per_layer * size_t(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    std::copy(fwd.cache().k(l), fwd.cache().k(l) + per_layer, p->k_.data() + per_layer * size_t(l));
+    std::copy(fwd.cache().v(l), fwd.cache().v(l) + per_layer, p->v_.data() + per_layer * size_t(l));
+  }
+  p->tokens_ = std::move(tokens);
+  return p;
+}
+
+KvSegment KvPrefix::segment(int layer) const {
+  SINKQ_ASSERT(layer >= 0 && layer < num_layers_);
+  const size_t off = size_t(layer) * size_t(size() * kv_dim_);
+  return KvSegment{k_.data() + off, v_.data() + off, size()};
+}
+
 void Forward::embed(std::span<const int32_t> tokens, float* x) {
   SINKQ_CHECK(!tokens.empty(), "no tokens to embed");
   embed_rows(model_->weights().embed, tokens, x);
@@ -223,8 +269,9 @@ void Forward::layer(int l, int64_t T) {
   const std::span<const int32_t> pos(pos_.data(), size_t(T));
   float* x = x_.data();
   float* xn = xn_.data();
-  float* k = cache_.k(l) + n_past() * KV;  // new K/V rows go straight into the cache
-  float* v = cache_.v(l) + n_past() * KV;
+  const int64_t body_past = cache_.size();  // body rows before this chunk
+  float* k = cache_.k(l) + body_past * KV;   // new K/V rows go straight into the cache
+  float* v = cache_.v(l) + body_past * KV;
 
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
@@ -238,7 +285,8 @@ void Forward::layer(int l, int64_t T) {
   site(Site::Q, l, q_.data(), T, c.q_dim());
   site(Site::K, l, k, T, KV);
   site(Site::V, l, v, T, KV);
-  attention(attn_shape_, q_.data(), cache_.k(l), cache_.v(l), n_past(), T, att_.data());
+  const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
+  attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());
   site(Site::OIn, l, att_.data(), T, c.q_dim());
   matmul(att_.data(), T, w.wo, nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);

@@ -11,6 +11,7 @@
 #include "io/weights.h"
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
+#include "model/kv_prefix.h"
 #include "model/sites.h"
 
 namespace sinkq {
@@ -52,9 +53,20 @@ class Forward {
   // one step() processes at once (longer inputs are split into chunks of this size).
   Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t max_batch = 512);
 
+  // Clears the sequence (the body); a prefix stays in place.
   void reset() { cache_.clear(); }
-  int64_t n_past() const { return cache_.size(); }
-  int64_t max_ctx() const { return cache_.capacity(); }
+  // Absolute position of the next token: prefix size + body rows in the cache.
+  int64_t n_past() const { return prefix_size() + cache_.size(); }
+  // Last absolute position + 1 this Forward can reach: prefix size + cache capacity.
+  int64_t max_ctx() const { return prefix_size() + cache_.capacity(); }
+
+  // Puts a full-precision KV prefix (kv_prefix.h) in front of every sequence: the body then
+  // starts at position prefix->size(). Only between sequences (empty body, else sinkq::Error);
+  // the prefix must come from a model of the same shape, and prefix + cache capacity must fit
+  // max_position_embeddings (else sinkq::Error naming both). nullptr removes it.
+  void set_prefix(std::shared_ptr<const KvPrefix> prefix);
+  const std::shared_ptr<const KvPrefix>& prefix() const { return prefix_; }
+  int64_t prefix_size() const { return prefix_ ? prefix_->size() : 0; }
   const Model& model() const { return *model_; }
   SiteHooks& hooks() { return hooks_; }
   KVCache& cache() { return cache_; }
@@ -81,7 +93,8 @@ class Forward {
   void site(Site s, int layer, float* data, int64_t T, int64_t features);
 
   std::shared_ptr<const Model> model_;
-  KVCache cache_;
+  KVCache cache_;                          // the body: row r = absolute position prefix_size() + r
+  std::shared_ptr<const KvPrefix> prefix_;  // shared, read in place; never copied
   SiteHooks hooks_;
   int64_t max_batch_;
   AttnShape attn_shape_;

@@ -135,6 +135,39 @@ TEST(Attention, FastAndRefMatchExactDouble) {
   EXPECT_GT(cases, 0);
 }
 
+// A prefix segment in front of the cache (PrefixQuant / IntactKV) is the same attention as one
+// cache holding [prefix; body]: the prefix is rows [0, P) of the concatenation, the body the rest,
+// so check_case's exact-double bound for n_past' = P + n_past applies unchanged (splitting the
+// weighted sum in two adds one rounding per output, inside its γ_n slack). Window on and off, and
+// a window that hides the whole prefix.
+TEST(Attention, PrefixSegmentEqualsConcatenatedCache) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(15);
+  int cases = 0;
+  for (Isa isa : ktest::all_isas()) {
+    set_isa(isa);
+    for (int64_t P : {1, 5})
+      for (int64_t n_past : {0, 20})
+        for (int64_t T : {1, 9})
+          for (int window : {0, 4, 12}) {
+            const Case whole{8, 2, 40, window, P + n_past, T};  // the concatenated view
+            const Cache m = make_cache(rng, whole);
+            const int64_t ld = int64_t(whole.Hkv) * whole.D;
+            const KvSegment prefix{m.k.data(), m.v.data(), P};
+            std::vector<float> out(m.q.size(), NAN), outr(m.q.size(), NAN);
+            const AttnShape s{whole.H, whole.Hkv, whole.D, window};
+            attention(s, m.q.data(), prefix, m.k.data() + P * ld, m.v.data() + P * ld, n_past, T, out.data());
+            check_case(whole, m, out, ktest::ctx(isa, "prefix"));
+            if (isa == Isa::Scalar) {
+              ref::attention(s, m.q.data(), prefix, m.k.data() + P * ld, m.v.data() + P * ld, n_past, T, outr.data());
+              check_case(whole, m, outr, "ref prefix");
+            }
+            ++cases;
+          }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 // One visible key (first token; or window 1): softmax weight is exp(0)/exp(0) = 1 exactly and
 // the output is that key's V row, bit for bit.
 TEST(Attention, SingleKeyReturnsVExactly) {

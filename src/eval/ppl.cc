@@ -6,12 +6,20 @@
 
 namespace sinkq {
 
-const char* ppl_protocol_name(PplProtocol p) { return p == PplProtocol::Gptq ? "gptq" : "bos"; }
+const char* ppl_protocol_name(PplProtocol p) {
+  switch (p) {
+    case PplProtocol::Gptq: return "gptq";
+    case PplProtocol::Bos: return "bos";
+    case PplProtocol::Prefix: return "prefix";
+  }
+  return "?";
+}
 
 PplProtocol parse_ppl_protocol(const std::string& s) {
   if (s == "gptq") return PplProtocol::Gptq;
   if (s == "bos") return PplProtocol::Bos;
-  fail("unknown perplexity protocol '{}' (--protocol): expected gptq or bos", s);
+  if (s == "prefix") return PplProtocol::Prefix;
+  fail("unknown perplexity protocol '{}' (--protocol): expected gptq, bos or prefix", s);
 }
 
 double token_nll(const float* logits, int64_t vocab, int32_t target) {
@@ -47,10 +55,10 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
   SINKQ_CHECK(opt.ctx >= 2, "perplexity context must be at least 2 tokens (got {})", opt.ctx);
   std::vector<std::vector<int32_t>> windows;
   const size_t ctx = size_t(opt.ctx);
-  if (opt.protocol == PplProtocol::Gptq) {
+  if (opt.protocol == PplProtocol::Gptq || opt.protocol == PplProtocol::Prefix) {
     std::vector<int32_t> stream;
     stream.reserve(toks.size() + 1);
-    if (opt.add_bos) {
+    if (opt.protocol == PplProtocol::Gptq && opt.add_bos) {
       SINKQ_CHECK(opt.bos_id >= 0, "the tokenizer adds BOS but has no BOS id");
       stream.push_back(opt.bos_id);
     }
@@ -74,9 +82,18 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
 
 PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
                      Forward* reference) {
-  SINKQ_CHECK(opt.ctx <= fwd.max_ctx(),
-              "perplexity context {} (--ctx) is longer than the model's {} positions", opt.ctx,
-              fwd.max_ctx());
+  SINKQ_CHECK(opt.ctx <= fwd.max_ctx() - fwd.prefix_size(),
+              "perplexity context {} (--ctx) is longer than the {} positions left after a prefix of {}", opt.ctx,
+              fwd.max_ctx() - fwd.prefix_size(), fwd.prefix_size());
+  auto check_prefix = [&](const Forward& f, const char* which) {
+    if (opt.protocol == PplProtocol::Prefix)
+      SINKQ_CHECK(f.prefix_size() > 0, "protocol 'prefix' needs a KV prefix on the {} forward (--prefix)", which);
+    else
+      SINKQ_CHECK(f.prefix_size() == 0, "the {} forward has a KV prefix of {} tokens: use --protocol prefix", which,
+                  f.prefix_size());
+  };
+  check_prefix(fwd, "evaluated");
+  if (reference) check_prefix(*reference, "reference");
   const auto windows = ppl_windows(toks, opt);
   SINKQ_CHECK(!windows.empty(),
               "the text has {} tokens: too short for one window of {} tokens (protocol {})",
@@ -86,8 +103,9 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
     SINKQ_CHECK(reference->model().config().vocab_size == V,
                 "KLD reference model has vocabulary {} but the model has {}",
                 reference->model().config().vocab_size, V);
-    SINKQ_CHECK(opt.ctx <= reference->max_ctx(), "perplexity context {} is longer than the reference forward's {}",
-                opt.ctx, reference->max_ctx());
+    SINKQ_CHECK(opt.ctx <= reference->max_ctx() - reference->prefix_size(),
+                "perplexity context {} is longer than the reference forward's {}", opt.ctx,
+                reference->max_ctx() - reference->prefix_size());
   }
   PplResult r;
   r.has_kld = reference != nullptr;

@@ -7,6 +7,15 @@
 //   bos   Every window starts with BOS: window k = [BOS] + toks[(ctx-1)·k, (ctx-1)·(k+1));
 //         BOS is never a target (ctx-1 predictions per window). The protocol of
 //         ../shared/golden/*/ppl.json and of IntactKV's appendix F.
+//   prefix PrefixQuant's evaluation: the Forward's KV prefix (model/kv_prefix.h: outlier tokens,
+//         [BOS], a system prompt) sits in front of every window; stream = toks (no BOS: the
+//         prefix carries it), window k = toks[ctx·k, ctx·(k+1)), ctx-1 predictions per window,
+//         all inside the window. The prefix is never scored and the prediction of a window's
+//         first token (from the prefix's last position, which is not recomputed) is not scored
+//         either, so the scored tokens do not depend on which prefix is used: comparisons between
+//         prefixes (none / [BOS] / outlier tokens; full-precision vs quantized prefix KV, i.e.
+//         IntactKV on/off) score exactly the same targets. Needs a prefix on the Forward (and on
+//         the reference); the other protocols refuse a Forward that has one.
 // NLL per prediction = logsumexp(logits) − logits[target], in double. ppl = exp(mean NLL over all
 // scored predictions), natural log.
 // KLD (optional, `reference` forward): KL(p_ref ‖ p) = Σ_v p_ref(v)·(log p_ref(v) − log p(v)) of the
@@ -23,7 +32,7 @@
 
 namespace sinkq {
 
-enum class PplProtocol { Gptq, Bos };
+enum class PplProtocol { Gptq, Bos, Prefix };
 const char* ppl_protocol_name(PplProtocol p);
 PplProtocol parse_ppl_protocol(const std::string& s);  // throws sinkq::Error naming the value
 

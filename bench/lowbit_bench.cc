@@ -1,0 +1,208 @@
+// bench/lowbit_bench.cc — Google Benchmark suite of the integer low-bit kernels (sinkq_lowbit_bench)
+// against the fp32 / bf16 matmul of the kernels layer, in one binary.
+//
+// GEMV (decode, T = 1) at TinyLlama-1.1B shapes: W8A8 / W4A8 (lowbit::gemm on pre-quantized
+// activations) vs matmul on F32 / BF16 weights. bytes/s counts the weight bytes the kernel
+// streams (KernelWeights::bytes(): codes + scales (+ zeros); F32/BF16: out·in·size), as in
+// kernels_bench.cc. 2048x2048 fits the L3 in every format; 32000x2048 is the DRAM figure.
+// GEMM (prefill, T = 512): W8A8 / W4A8 vs matmul F32 (OpenBLAS sgemm), FLOPS = 2·T·out·in.
+// Activation quantization fp32 -> int8: static per-tensor vs dynamic per-token (PrefixQuant
+// Table 8 shapes), bytes/s = fp32 input bytes.
+//   ./sinkq_lowbit_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "io/weights.h"
+#include "kernels/cpu_features.h"
+#include "kernels/ops.h"
+#include "lowbit/formats.h"
+#include "lowbit/kernels.h"
+#include "quant/quantizer.h"
+
+namespace sinkq {
+namespace {
+
+using lowbit::PackedFormat;
+
+// Deterministic pseudo-random values in [-1, 1) (cheap enough for 65M-element matrices).
+struct Lcg {
+  uint64_t s;
+  float next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+std::vector<float> vec(size_t n, uint64_t seed, float scale = 1.0f) {
+  Lcg g{seed};
+  std::vector<float> v(n);
+  for (float& x : v) x = g.next() * scale;
+  return v;
+}
+
+// fp32 weights [rows, cols], created once per shape.
+const std::vector<float>& f32_weights(int64_t rows, int64_t cols) {
+  static std::map<std::pair<int64_t, int64_t>, std::vector<float>> cache;
+  auto& w = cache[{rows, cols}];
+  if (w.empty()) w = vec(size_t(rows * cols), uint64_t(rows * 131 + cols), 0.05f);
+  return w;
+}
+
+// The same weights as a Mat in F32 or BF16.
+const Mat& mat(DType dt, int64_t rows, int64_t cols) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::pair<std::vector<uint16_t>, Mat>> cache;
+  auto& e = cache[{int(dt), rows, cols}];
+  if (e.second.empty()) {
+    const std::vector<float>& w = f32_weights(rows, cols);
+    if (dt == DType::F32) {
+      e.second = Mat{dt, rows, cols, w.data(), "bench"};
+    } else {
+      e.first.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) e.first[i] = f32_to_bf16(w[i]);
+      e.second = Mat{dt, rows, cols, e.first.data(), "bench"};
+    }
+  }
+  return e.second;
+}
+
+// The same weights quantized (RTN, clip 1) and repacked.
+const lowbit::KernelWeights& qweights(PackedFormat f, int64_t rows, int64_t cols) {
+  static std::map<std::tuple<int, int64_t, int64_t>, lowbit::KernelWeights> cache;
+  auto key = std::make_tuple(int(f), rows, cols);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  return cache[key] = lowbit::repack(lowbit::quantize(f, f32_weights(rows, cols).data(), rows, cols));
+}
+
+lowbit::PackedTensor acts(int64_t T, int64_t cols, uint64_t seed) {
+  const std::vector<float> x = vec(size_t(T * cols), seed);
+  lowbit::PackedTensor q;
+  lowbit::quantize_dynamic(PackedFormat::A8_PerToken, x.data(), T, cols, 1.0f, q);
+  return q;
+}
+
+bool use_isa(benchmark::State& st, int64_t isa) {
+  if (isa > int64_t(detected_isa())) {
+    st.SkipWithError("ISA not supported on this CPU");
+    return false;
+  }
+  set_isa(Isa(isa));
+  return true;
+}
+
+const std::pair<int64_t, int64_t> kGemvShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+const std::pair<int64_t, int64_t> kGemmShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}};
+
+// fp32 / bf16 matmul, T = 1. Args: isa, dtype, out, in.
+void BM_GemvFloat(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  const DType dt = DType(st.range(1));
+  const int64_t out = st.range(2), in = st.range(3);
+  const Mat& W = mat(dt, out, in);
+  const std::vector<float> x = vec(size_t(in), 1);
+  std::vector<float> y(static_cast<size_t>(out));
+  for (auto _ : st) {
+    matmul(x.data(), 1, W, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * out * in * int64_t(dtype_size(dt)));
+  st.SetLabel(std::string(isa_name(Isa(st.range(0)))) + " " + std::string(dtype_name(dt)));
+}
+void gemv_float_args(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (DType dt : {DType::F32, DType::BF16})
+      for (auto [o, i] : kGemvShapes) b->Args({isa, int(dt), o, i});
+  b->ArgNames({"isa", "dtype", "out", "in"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_GemvFloat)->Apply(gemv_float_args);
+
+// Integer GEMV, activations already quantized (A8 per token). Args: isa, weight format, out, in.
+void BM_GemvLowbit(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  const PackedFormat f = PackedFormat(st.range(1));
+  const int64_t out = st.range(2), in = st.range(3);
+  const lowbit::KernelWeights& W = qweights(f, out, in);
+  const lowbit::PackedTensor x = acts(1, in, 1);
+  std::vector<float> y(static_cast<size_t>(out));
+  for (auto _ : st) {
+    lowbit::gemm(x, W, nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(W.bytes()));
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(f).name) + "+a8");
+}
+void gemv_lowbit_args(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128})
+      for (auto [o, i] : kGemvShapes) b->Args({isa, int(f), o, i});
+  b->ArgNames({"isa", "wfmt", "out", "in"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_GemvLowbit)->Apply(gemv_lowbit_args);
+
+// Prefill T = 512: fp32 matmul (OpenBLAS sgemm on the OpenMP threads). Args: out, in.
+void BM_GemmF32(benchmark::State& st) {
+  set_isa(detected_isa());
+  const int64_t T = 512, out = st.range(0), in = st.range(1);
+  const Mat& W = mat(DType::F32, out, in);
+  const std::vector<float> x = vec(size_t(T * in), 3);
+  std::vector<float> y(static_cast<size_t>(T * out));
+  for (auto _ : st) matmul(x.data(), T, W, nullptr, y.data());
+  st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
+}
+void gemm_shapes(benchmark::internal::Benchmark* b) {
+  for (auto [o, i] : kGemmShapes) b->Args({o, i});
+  b->ArgNames({"out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_GemmF32)->Apply(gemm_shapes);
+
+// Prefill T = 512, integer GEMM on A8 per-token activations. Args: weight format, out, in.
+void BM_GemmLowbit(benchmark::State& st) {
+  set_isa(detected_isa());
+  const PackedFormat f = PackedFormat(st.range(0));
+  const int64_t T = 512, out = st.range(1), in = st.range(2);
+  const lowbit::KernelWeights& W = qweights(f, out, in);
+  const lowbit::PackedTensor x = acts(T, in, 3);
+  std::vector<float> y(static_cast<size_t>(T * out));
+  for (auto _ : st) lowbit::gemm(x, W, nullptr, y.data());
+  st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(f).name) + "+a8");
+}
+void gemm_lowbit_args(benchmark::internal::Benchmark* b) {
+  for (PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128})
+    for (auto [o, i] : kGemmShapes) b->Args({int(f), o, i});
+  b->ArgNames({"wfmt", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_GemmLowbit)->Apply(gemm_lowbit_args);
+
+// fp32 -> A8: static per-tensor (given scale) vs dynamic per-token (abs-max pass + quantize).
+// Args: dynamic (0/1), tokens, cols.
+void BM_ActQuant(benchmark::State& st) {
+  set_isa(detected_isa());
+  const bool dynamic = st.range(0) != 0;
+  const int64_t T = st.range(1), K = st.range(2);
+  const std::vector<float> x = vec(size_t(T * K), 5);
+  const quant::Params p = quant::compute_params(lowbit::quant_spec(PackedFormat::A8_PerTensor), x.data(), T, K);
+  lowbit::PackedTensor q;
+  for (auto _ : st) {
+    if (dynamic) lowbit::quantize_dynamic(PackedFormat::A8_PerToken, x.data(), T, K, 1.0f, q);
+    else lowbit::quantize_static(PackedFormat::A8_PerTensor, x.data(), T, K, p, q);
+    benchmark::DoNotOptimize(q.codes.data());
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * T * K * 4);
+  st.SetLabel(dynamic ? "dynamic per-token" : "static per-tensor");
+}
+BENCHMARK(BM_ActQuant)
+    ->ArgsProduct({{0, 1}, {1, 2048}, {4096, 8192}})
+    ->ArgNames({"dynamic", "T", "K"})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+}  // namespace sinkq

@@ -1,0 +1,150 @@
+// sinkq/lowbit/formats.cc — format lookup and the scalar pack / unpack of PackedTensor.
+#include "lowbit/formats.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace sinkq::lowbit {
+
+namespace {
+
+std::string all_names() {
+  std::string s;
+  for (const FormatTraits& t : kFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
+}
+
+// Number of parameter rows: per-tensor activations share one scale.
+int64_t param_rows(const FormatTraits& t, int64_t rows) {
+  return t.granularity == quant::Granularity::PerTensor ? 1 : rows;
+}
+
+}  // namespace
+
+const FormatTraits& traits(PackedFormat f) {
+  const FormatTraits* t = detail::find(f);
+  SINKQ_CHECK(t != nullptr, "lowbit: {} is not a packed format (expected one of {})", int(f), all_names());
+  return *t;
+}
+
+PackedFormat parse_format(std::string_view name) {
+  for (const FormatTraits& t : kFormats)
+    if (t.name == name) return t.format;
+  fail("lowbit: unknown packed format '{}' (expected one of {})", name, all_names());
+}
+
+quant::QuantSpec quant_spec(PackedFormat f, float clip_ratio) {
+  const FormatTraits& t = traits(f);
+  quant::QuantSpec s;
+  s.bits = t.bits;
+  s.symmetric = t.symmetric;
+  s.granularity = t.granularity;
+  s.group_size = t.group;
+  s.clip_ratio = clip_ratio;
+  return s;
+}
+
+int64_t PackedTensor::groups() const {
+  const FormatTraits& t = info();
+  return t.group > 0 ? cols / t.group : 1;
+}
+
+PackedTensor pack(PackedFormat f, const int8_t* q, const quant::Params& p, int64_t rows, int64_t cols) {
+  const FormatTraits& t = traits(f);
+  const quant::QuantSpec spec = quant_spec(f);
+  quant::validate(spec, rows, cols);
+  SINKQ_CHECK(p.bits == t.bits && p.symmetric == t.symmetric && p.granularity == t.granularity,
+              "lowbit pack: params are int{} {} {}, format {} needs int{} {} {}", p.bits,
+              p.symmetric ? "sym" : "asym", quant::granularity_name(p.granularity), t.name, t.bits,
+              t.symmetric ? "sym" : "asym", quant::granularity_name(t.granularity));
+  PackedTensor out;
+  out.format = f;
+  out.rows = rows;
+  out.cols = cols;
+  const int64_t prow = param_rows(t, rows), ng = out.groups();
+  SINKQ_CHECK(p.prow == prow && p.pcol == ng && p.cols() == cols,
+              "lowbit pack: params are [{}, {}] for {} columns, format {} on [{}, {}] needs [{}, {}]",
+              p.prow, p.pcol, p.cols(), t.name, rows, cols, prow, ng);
+  const size_t np = size_t(prow * ng);
+  SINKQ_CHECK(p.scale.size() == np && (t.symmetric ? p.zero.empty() : p.zero.size() == np),
+              "lowbit pack: {} scales / {} zero points, format {} needs {}", p.scale.size(),
+              p.zero.size(), t.name, np);
+  out.scales = p.scale;
+  if (!t.symmetric) {
+    out.zeros.resize(np);
+    for (size_t i = 0; i < np; ++i) {
+      SINKQ_CHECK(p.zero[i] >= 0 && p.zero[i] < (1 << t.bits), "lowbit pack: zero point {} outside [0, {}]",
+                  p.zero[i], (1 << t.bits) - 1);
+      out.zeros[i] = uint8_t(p.zero[i]);
+    }
+  }
+  const int lo = -(1 << (t.bits - 1)), hi = (1 << (t.bits - 1)) - 1;  // stored codes, every mode
+  const int64_t rb = row_bytes(t, cols);
+  out.codes.assign(size_t(rows * rb), 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int8_t* src = q + i * cols;
+    uint8_t* dst = out.codes.data() + i * rb;
+    for (int64_t j = 0; j < cols; ++j)
+      SINKQ_CHECK(src[j] >= lo && src[j] <= hi, "lowbit pack: code {} at row {}, col {} outside [{}, {}] ({})",
+                  int(src[j]), i, j, lo, hi, t.name);
+    if (t.bits == 8) {
+      for (int64_t j = 0; j < cols; ++j) dst[j] = uint8_t(src[j]);
+    } else {
+      for (int64_t j = 0; j < cols; j += 2)
+        dst[j / 2] = detail::pack_nibbles(src[j], j + 1 < cols ? src[j + 1] : 0);
+    }
+  }
+  return out;
+}
+
+std::vector<int8_t> unpack_codes(const PackedTensor& pt) {
+  const FormatTraits& t = pt.info();
+  const int64_t rb = row_bytes(t, pt.cols);
+  SINKQ_CHECK(pt.codes.size() == size_t(pt.rows * rb), "lowbit: {} tensor [{}, {}] has {} code bytes, expected {}",
+              t.name, pt.rows, pt.cols, pt.codes.size(), pt.rows * rb);
+  std::vector<int8_t> q(size_t(pt.rows * pt.cols));
+  for (int64_t i = 0; i < pt.rows; ++i) {
+    const uint8_t* src = pt.codes.data() + i * rb;
+    int8_t* dst = q.data() + i * pt.cols;
+    if (t.bits == 8) {
+      for (int64_t j = 0; j < pt.cols; ++j) dst[j] = int8_t(src[j]);
+    } else {
+      for (int64_t j = 0; j < pt.cols; ++j) dst[j] = detail::nibble_code(src[j / 2], j % 2 == 1);
+    }
+  }
+  return q;
+}
+
+quant::Params params_of(const PackedTensor& pt) {
+  const FormatTraits& t = pt.info();
+  quant::Params p;
+  p.granularity = t.granularity;
+  p.bits = t.bits;
+  p.symmetric = t.symmetric;
+  p.prow = param_rows(t, pt.rows);
+  p.pcol = pt.groups();
+  p.col_block = t.group > 0 ? t.group : pt.cols;
+  const size_t np = size_t(p.prow * p.pcol);
+  SINKQ_CHECK(pt.scales.size() == np && pt.zeros.size() == (t.symmetric ? 0 : np),
+              "lowbit: {} tensor [{}, {}] has {} scales / {} zero points, expected {}", t.name, pt.rows,
+              pt.cols, pt.scales.size(), pt.zeros.size(), np);
+  p.scale = pt.scales;
+  p.zero.assign(pt.zeros.begin(), pt.zeros.end());
+  return p;
+}
+
+void dequantize(const PackedTensor& t, float* out) {
+  const std::vector<int8_t> q = unpack_codes(t);
+  quant::dequantize(quant_spec(t.format), params_of(t), q.data(), t.rows, t.cols, out);
+}
+
+PackedTensor quantize(PackedFormat f, const float* x, int64_t rows, int64_t cols, float clip_ratio) {
+  const quant::QuantSpec spec = quant_spec(f, clip_ratio);
+  const quant::Params p = quant::compute_params(spec, x, rows, cols);
+  std::vector<int8_t> q(size_t(rows * cols));
+  quant::quantize_to_int(spec, p, x, rows, cols, q.data());
+  return pack(f, q.data(), p, rows, cols);
+}
+
+}  // namespace sinkq::lowbit

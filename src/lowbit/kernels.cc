@@ -1,0 +1,315 @@
+// sinkq/lowbit/kernels.cc — dispatch, threading and argument checks of lowbit/kernels.h; the
+// load-time repack; the GEMM prologue (activation group sums, A4 widening, the partial last step).
+//
+// The serial inner loops are the per-ISA LowbitTables (table.h), picked from active_isa() on
+// every call, so set_isa() / SINKQ_ISA take effect immediately.
+#include "lowbit/kernels.h"
+
+
+#include <algorithm>
+#include <bit>
+#include <cfenv>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "lowbit/table.h"
+
+namespace sinkq::lowbit {
+namespace detail {
+
+bool cpu_has_avx512_vnni() {
+  static const bool v = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512vnni") != 0;
+  }();
+  return v;
+}
+
+const LowbitTable& table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return cpu_has_avx512_vnni() ? table_avx512() : table_avx2();
+    case Isa::Avx2: return table_avx2();
+    case Isa::Scalar: break;
+  }
+  return table_scalar();
+}
+
+const LowbitTable& table() { return table_for(active_isa()); }
+
+}  // namespace detail
+
+namespace {
+
+using detail::GemmArgs;
+using detail::LowbitTable;
+
+// Threads for a job estimated at `ns` nanoseconds on one core (as kernels/ops.cc): a parallel
+// region costs microseconds of fork/join, more on a shared machine.
+int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
+
+// Codes are integers and rne is the quantizer's rounding: refuse another rounding mode.
+void check_rounding_mode() { SINKQ_ASSERT(std::fegetround() == FE_TONEAREST); }
+
+int64_t param_rows(const FormatTraits& t, int64_t rows) {
+  return t.granularity == quant::Granularity::PerTensor ? 1 : rows;
+}
+
+// The arrays of an activation tensor fit its shape (x may come from anywhere).
+void check_activations(const PackedTensor& x, const char* who) {
+  const FormatTraits& t = x.info();
+  SINKQ_CHECK(t.role == Role::Activation, "lowbit {}: {} is a weight format, expected activations", who, t.name);
+  SINKQ_CHECK(x.rows >= 0 && x.cols > 0 && x.codes.size() == size_t(x.rows * row_bytes(t, x.cols)) &&
+                  x.scales.size() == size_t(param_rows(t, x.rows)) && x.zeros.empty(),
+              "lowbit {}: {} activations [{}, {}] with {} code bytes and {} scales do not fit the format",
+              who, t.name, x.rows, x.cols, x.codes.size(), x.scales.size());
+}
+
+// out sized for [tokens, cols] of format f (vectors keep their capacity across calls).
+void prepare(PackedTensor& out, const FormatTraits& t, int64_t tokens, int64_t cols) {
+  out.format = t.format;
+  out.rows = tokens;
+  out.cols = cols;
+  out.codes.resize(size_t(tokens * row_bytes(t, cols)));
+  out.scales.resize(size_t(param_rows(t, tokens)));
+  out.zeros.clear();
+}
+
+}  // namespace
+
+std::string_view kernel_isa_name() {
+  const LowbitTable& k = detail::table();
+  if (&k == &detail::table_avx512()) return "avx512-vnni";
+  if (&k == &detail::table_avx2()) return "avx2";
+  return "scalar";
+}
+
+// ---- activation quantization --------------------------------------------------------------
+
+void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t cols, float clip_ratio,
+                      PackedTensor& out) {
+  const FormatTraits& t = traits(f);
+  SINKQ_CHECK(t.role == Role::Activation && t.granularity == quant::Granularity::PerRow,
+              "lowbit quantize_dynamic: {} is not a per-token activation format", t.name);
+  quant::validate(quant_spec(f, clip_ratio), tokens, cols);
+  check_rounding_mode();
+  prepare(out, t, tokens, cols);
+  const LowbitTable& k = detail::table();
+  const int64_t rb = row_bytes(t, cols);
+  const float denom = float((1 << (t.bits - 1)) - 1);
+  int64_t bad = tokens;  // first token with a non-finite value
+  const int nt = threads_for(0.5 * double(tokens) * double(cols));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < tokens; ++i) {
+    const float* row = x + i * cols;
+    const uint32_t m = k.absmax_bits(row, cols);
+    if (m > 0x7f7fffffu) {  // inf or NaN: compute_params would throw
+#pragma omp critical(sinkq_lowbit_bad)
+      bad = std::min(bad, i);
+      continue;
+    }
+    // Exactly Calibrator::params(): s = guard((clip · absmax) / (2^(N-1) - 1)).
+    const float s = quant::detail::guard_scale((clip_ratio * std::bit_cast<float>(m)) / denom);
+    out.scales[size_t(i)] = s;
+    k.quantize_row(row, cols, s, t.bits, out.codes.data() + i * rb);
+  }
+  if (bad < tokens) {
+    const float* row = x + bad * cols;
+    int64_t j = 0;
+    while (std::isfinite(row[j])) ++j;
+    fail("lowbit quantize_dynamic: non-finite value {} at token {}, feature {}", row[j], bad, j);
+  }
+}
+
+void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t cols,
+                     const quant::Params& p, PackedTensor& out) {
+  const FormatTraits& t = traits(f);
+  SINKQ_CHECK(t.role == Role::Activation && t.granularity == quant::Granularity::PerTensor,
+              "lowbit quantize_static: {} is not a per-tensor activation format", t.name);
+  quant::validate(quant_spec(f), tokens, cols);
+  SINKQ_CHECK(p.granularity == quant::Granularity::PerTensor && p.symmetric && p.bits == t.bits &&
+                  p.prow == 1 && p.pcol == 1 && p.cols() == cols && p.scale.size() == 1,
+              "lowbit quantize_static: params (int{} {} {}, {} columns) were not calibrated for {} on {} columns",
+              p.bits, p.symmetric ? "sym" : "asym", quant::granularity_name(p.granularity), p.cols(), t.name, cols);
+  const float s = p.scale[0];
+  SINKQ_CHECK(s >= FLT_MIN && s <= FLT_MAX, "lowbit quantize_static: scale {} is not a positive normal fp32", s);
+  check_rounding_mode();
+  prepare(out, t, tokens, cols);
+  out.scales[0] = s;
+  const LowbitTable& k = detail::table();
+  const int64_t rb = row_bytes(t, cols);
+  const int nt = threads_for(0.4 * double(tokens) * double(cols));
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int64_t i = 0; i < tokens; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb);
+}
+
+// ---- repack -------------------------------------------------------------------------------
+
+KernelWeights repack(const PackedTensor& w) {
+  const FormatTraits& t = w.info();
+  SINKQ_CHECK(t.role == Role::Weight, "lowbit repack: {} is an activation format, expected weights", t.name);
+  SINKQ_CHECK(w.rows > 0 && w.cols > 0 && w.cols <= kMaxCols,
+              "lowbit repack: {} weights [{}, {}]: need rows >= 1 and 1 <= cols <= {} (int32-exact accumulation)",
+              t.name, w.rows, w.cols, kMaxCols);
+  const std::vector<int8_t> q = unpack_codes(w);  // checks the code array's size
+  const quant::Params p = params_of(w);           // checks scales / zeros
+  KernelWeights kw;
+  kw.format = w.format;
+  kw.rows = w.rows;
+  kw.cols = w.cols;
+  kw.groups = w.groups();
+  const int step = t.bits == 4 ? 8 : 4;
+  kw.steps = (w.cols + step - 1) / step;
+  const int64_t nb = (w.rows + 15) / 16, ng = kw.groups;
+  kw.codes.assign(size_t(nb * kw.steps * 64), 0);
+  kw.scales.assign(size_t(nb * ng * 16), 0.0f);
+  if (!t.symmetric) kw.zeros.assign(size_t(nb * ng * 16), 0);
+  for (int64_t r = 0; r < w.rows; ++r) {
+    const int64_t b = r / 16, i = r % 16;
+    uint8_t* blk = kw.codes.data() + b * kw.steps * 64 + i * 4;
+    for (int64_t c = 0; c < w.cols; ++c) {
+      const int code = q[size_t(r * w.cols + c)];
+      const int64_t s = c / step, j = c % step;
+      uint8_t& byte = blk[s * 64 + j % 4];
+      if (t.bits == 8) byte = uint8_t(code + 128);
+      else byte = uint8_t(byte | ((code + 8) << (j < 4 ? 0 : 4)));
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+      kw.scales[size_t((b * ng + g) * 16 + i)] = p.scale[size_t(r * ng + g)];
+      if (!t.symmetric) kw.zeros[size_t((b * ng + g) * 16 + i)] = p.zero[size_t(r * ng + g)];
+    }
+  }
+  return kw;
+}
+
+// ---- GEMM ---------------------------------------------------------------------------------
+
+void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, float* y) {
+  const FormatTraits& xt = x.info();
+  const FormatTraits& wt = traits(w.format);
+  check_activations(x, "gemm");
+  SINKQ_CHECK(wt.role == Role::Weight, "lowbit gemm: {} is an activation format, expected weights", wt.name);
+  const int step = wt.bits == 4 ? 8 : 4;
+  const int64_t T = x.rows, N = w.rows, K = w.cols, nb = (N + 15) / 16;
+  SINKQ_CHECK(x.cols == K, "lowbit gemm: activations have {} features, {} weights [{}, {}] expect {}", x.cols,
+              wt.name, N, K, K);
+  SINKQ_CHECK(N > 0 && K <= kMaxCols && w.steps == (K + step - 1) / step &&
+                  w.groups == (wt.group > 0 ? K / wt.group : 1) &&
+                  w.codes.size() == size_t(nb * w.steps * 64) && w.scales.size() == size_t(nb * w.groups * 16) &&
+                  w.zeros.size() == (wt.symmetric ? 0 : w.scales.size()),
+              "lowbit gemm: {} kernel weights [{}, {}] are not in the repack() layout", wt.name, N, K);
+  if (T == 0) return;
+
+  // Prologue, O(T·K), per token: int8 activation codes (A4 widened), per-group code sums for the
+  // zero-offset correction, the zero-padded partial last step. Scratch of the calling thread.
+  static thread_local std::vector<int8_t> wide;
+  static thread_local std::vector<int32_t> xsum;
+  static thread_local std::vector<uint8_t> xtail;
+  const bool a4 = xt.bits == 4, grouped = wt.group > 0;
+  const int64_t ng = w.groups, gcols = grouped ? wt.group : K;
+  const int64_t full = K / step, rem = K % step;  // per-group: rem == 0 (group % 32 == 0)
+  if (a4) wide.resize(size_t(T * K));
+  xsum.resize(size_t(T * ng));
+  if (rem) xtail.assign(size_t(T * 8), 0);
+  // Raw pointers: inside the parallel region the thread_local names would be the workers' own.
+  int8_t* const widened = wide.data();
+  int32_t* const sums = xsum.data();
+  uint8_t* const tails = xtail.data();
+  const int8_t* codes = a4 ? widened : reinterpret_cast<const int8_t*>(x.codes.data());
+#pragma omp parallel for num_threads(threads_for(double(T) * double(K) * (a4 ? 1.0 : 0.25))) schedule(static)
+  for (int64_t i = 0; i < T; ++i) {
+    if (a4) {
+      const uint8_t* src = x.codes.data() + i * row_bytes(xt, K);
+      for (int64_t j = 0; j < K; ++j) widened[i * K + j] = lowbit::detail::nibble_code(src[j / 2], j % 2 == 1);
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+      const int8_t* c = codes + i * K + g * gcols;
+      int32_t s = 0;
+      for (int64_t j = 0; j < gcols; ++j) s += c[j];
+      sums[i * ng + g] = s;
+    }
+    if (rem) std::memcpy(tails + i * 8, codes + i * K + full * step, size_t(rem));
+  }
+
+  GemmArgs a;
+  a.w4 = wt.bits == 4;
+  a.grouped = grouped;
+  a.asym = !wt.symmetric;
+  a.w = w.codes.data();
+  a.ws = w.scales.data();
+  a.wz = a.asym ? w.zeros.data() : nullptr;
+  a.out = N;
+  a.steps = w.steps;
+  a.groups = ng;
+  a.steps_per_group = grouped ? wt.group / step : full;
+  a.tail = rem != 0;
+  a.T = T;
+  a.x = codes;
+  a.ldx = K;
+  a.xtail = rem ? tails : nullptr;
+  a.xsum = sums;
+  a.xs = x.scales.data();
+  a.xs_stride = xt.granularity == quant::Granularity::PerTensor ? 0 : 1;
+  a.bias = bias;
+  a.y = y;
+
+  const LowbitTable& k = detail::table();
+  // ~20 GB/s of weight bytes per core (decode) and ~64 int8 MACs per ns per core (prefill).
+  const double ns = double(w.codes.size()) / 20.0 + double(T) * double(N) * double(K) / 64.0;
+  const int nt = threads_for(ns);
+  if (nt == 1) return k.gemm(a, 0, nb);
+  // Work items of 4..16 row blocks (64..256 rows; multiples of every ISA's blocks per tile),
+  // ~8 per thread, handed out dynamically (a thread that loses its core delays one item).
+  int64_t per = nb / (int64_t(nt) * 8);
+  per = std::clamp<int64_t>(per / 4 * 4, 4, 16);
+  const int64_t items = (nb + per - 1) / per;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t it = 0; it < items; ++it) k.gemm(a, it * per, std::min(nb, (it + 1) * per));
+}
+
+// ---- reference ----------------------------------------------------------------------------
+
+namespace ref {
+
+void gemm(const PackedTensor& x, const PackedTensor& w, const float* bias, float* y) {
+  const FormatTraits& xt = x.info();
+  const FormatTraits& wt = w.info();
+  check_activations(x, "ref::gemm");
+  SINKQ_CHECK(wt.role == Role::Weight, "lowbit ref::gemm: {} is an activation format, expected weights", wt.name);
+  SINKQ_CHECK(x.cols == w.cols && w.cols <= kMaxCols, "lowbit ref::gemm: activations have {} features, weights {}",
+              x.cols, w.cols);
+  const std::vector<int8_t> cx = unpack_codes(x), cw = unpack_codes(w);
+  const quant::Params pw = params_of(w);
+  const int64_t T = x.rows, N = w.rows, K = w.cols, ng = w.groups(), gcols = K / ng;
+  const bool grouped = wt.group > 0;
+  for (int64_t t = 0; t < T; ++t) {
+    const float sx = x.scales[size_t(xt.granularity == quant::Granularity::PerTensor ? 0 : t)];
+    const int8_t* xr = cx.data() + t * K;
+    for (int64_t r = 0; r < N; ++r) {
+      const int8_t* wr = cw.data() + r * K;
+      float v;
+      if (!grouped) {
+        int32_t acc = 0;
+        for (int64_t k = 0; k < K; ++k) acc += int32_t(xr[k]) * wr[k];
+        const float p = sx * pw.scale[size_t(r)];
+        v = p * float(acc);
+      } else {
+        float f = 0.0f;
+        for (int64_t g = 0; g < ng; ++g) {
+          // Weight level: symmetric c; asymmetric q - z = c + 8 - z.
+          const int32_t off = wt.symmetric ? 0 : 8 - pw.zero[size_t(r * ng + g)];
+          int32_t acc = 0;
+          for (int64_t k = g * gcols; k < (g + 1) * gcols; ++k) acc += int32_t(xr[k]) * (wr[k] + off);
+          f = f + pw.scale[size_t(r * ng + g)] * float(acc);
+        }
+        v = sx * f;
+      }
+      y[t * N + r] = bias ? v + bias[r] : v;
+    }
+  }
+}
+
+}  // namespace ref
+}  // namespace sinkq::lowbit

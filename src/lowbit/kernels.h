@@ -1,0 +1,113 @@
+// sinkq/lowbit/kernels.h — the integer CPU kernels: activation quantization, load-time weight
+// repacking, and the W8A8 / W4A8 / W4A4 GEMV (T = 1) and GEMM (T > 1).
+//
+// Dispatch: the per-ISA paths (scalar, AVX2, AVX-512 VNNI) follow sinkq::active_isa()
+// (SINKQ_ISA=scalar|avx2|avx512, set_isa), re-read on every call. The AVX-512 path needs
+// AVX512-VNNI on top of kernels' F+BW+VL; an AVX-512 CPU without it runs the AVX2 path
+// (kernel_isa_name() says which path runs).
+// Threading: OpenMP over blocks of 16 output features (GEMM) or over tokens (quantization), with
+// num_threads() threads (kernels/ops.h); small jobs stay on the calling thread; calls from inside
+// a parallel region run single-threaded. Results never depend on the ISA or the thread count.
+//
+// Exactness. The activation quantizers produce exactly quant::quantize_to_int's codes and
+// compute_params' scales (fp32 division, clamp, round half to even). The GEMM accumulates
+// integer products exactly in int32 (K <= kMaxCols) and dequantizes in a fixed fp32 order, the
+// same in ref::gemm and every ISA, so all paths agree bit for bit:
+//   per-row weights:    y = (s_x · s_w) · float(Σ_k c_x c_w) (+ bias)
+//   per-group weights:  f = Σ_g s_w,g · float(Σ_{k∈g} c_x (c_w,k + 8 - z_g))  (left to right,
+//                       z_g = 8 for symmetric), y = s_x · f (+ bias)
+// Against the simulator (fake-quant X and W, fp32 matmul) the difference is fp32 rounding only:
+//   |y - y_sim| <= (γ_{K+1} + γ_{G+3})·(Σ_k |x̂_k ŵ_k| + |bias|),  G = groups per row (1 per-row).
+//
+// VNNI sign handling: vpdpbusd multiplies unsigned bytes by signed bytes. The weights are the
+// unsigned operand, stored offset at repack: u = c + 128 (8-bit) or u = c + 8 (4-bit; the
+// asymmetric code q itself); the int8 activation codes stay signed and are broadcast straight
+// from memory. Σ u·c_x = Σ (u - z) c_x + z·Σ c_x, so every group subtracts z·(Σ_{k∈g} c_x)
+// (z = 128 / 8 / the zero point), with the activation group sums computed once per call.
+// AVX2 uses the same layout: vpmaddubsw for 4-bit weights (|u·c_x| pairs <= 3840, never
+// saturating) and zero-extended vpmaddwd for 8-bit ones (u up to 255 could saturate vpmaddubsw).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <string_view>
+#include <vector>
+
+#include "lowbit/formats.h"
+#include "quant/quantizer.h"
+
+namespace sinkq::lowbit {
+
+// Largest K (= cols of the weights) whose int32 accumulation cannot overflow:
+// K·255·128 < 2^31 for the offset 8-bit weights.
+inline constexpr int64_t kMaxCols = 65536;
+
+// ---- activation quantization (fp32 -> A8 / A4) --------------------------------------------
+
+// Dynamic per-token (A8_PerToken, A4_PerToken): s_t = max(clip·absmax_t / (2^(N-1)-1), FLT_MIN),
+// codes = quantize_to_int under quant_spec(f, clip). Throws sinkq::Error naming the token and
+// feature of a non-finite input (as compute_params does). out is resized (capacity reused).
+void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t cols, float clip_ratio,
+                      PackedTensor& out);
+// Static per-tensor (A8_PerTensor, A4_PerTensor) with params calibrated for quant_spec(f, clip)
+// (compute_params / Calibrator, any clip) on `cols` columns. Non-finite inputs are handled as by
+// quantize_to_int (±inf clamp to the range ends, NaN -> the lowest code).
+void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t cols,
+                     const quant::Params& p, PackedTensor& out);
+
+// ---- weights, repacked at load time ------------------------------------------------------
+
+// 64-byte aligned storage (one cache line = one kernel step of a 16-row block).
+template <class T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <class U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  friend bool operator==(Aligned64, Aligned64) { return true; }
+};
+
+// A weight PackedTensor in the kernels' layout. Rows are taken in blocks of 16 (the last block
+// zero-padded); a block is a sequence of 64-byte steps over the columns:
+//   8-bit: step s covers columns [4s, 4s+4): byte 4i + j = u(row 16b+i, col 4s+j), u = c + 128;
+//   4-bit: step s covers columns [8s, 8s+8): byte 4i + j holds u(row, 8s+j) in its low nibble
+//          and u(row, 8s+4+j) in its high nibble, u = c + 8 (symmetric q + 8, asymmetric q).
+// So one 512-bit lane (or one 32-bit lane of a 256-bit half) is one row: a 4-column dot per
+// vpdpbusd, no horizontal reductions. Padding (rows >= out, columns >= in) is u = 0.
+//   scales [blocks][groups][16] fp32; zeros [blocks][groups][16] int32 (asymmetric only).
+struct KernelWeights {
+  PackedFormat format = PackedFormat::W8_PerRow;
+  int64_t rows = 0, cols = 0;
+  int64_t groups = 1;          // scales per row
+  int64_t steps = 0;           // 64-byte steps per 16-row block: ceil(cols / step columns)
+  std::vector<uint8_t, Aligned64<uint8_t>> codes;   // [blocks][steps][64]
+  std::vector<float, Aligned64<float>> scales;      // [blocks][groups][16]
+  std::vector<int32_t, Aligned64<int32_t>> zeros;   // [blocks][groups][16], asymmetric only
+  size_t bytes() const { return codes.size() + 4 * (scales.size() + zeros.size()); }
+};
+
+// Repacks a weight tensor (Role::Weight); throws sinkq::Error for an activation format, cols
+// above kMaxCols, or inconsistent arrays.
+KernelWeights repack(const PackedTensor& w);
+
+// ---- GEMM ---------------------------------------------------------------------------------
+
+// y[T, out] = x̂[T, in] · ŵ[out, in]^T (+ bias[out] if non-null), fp32, with x any activation
+// format (A4 codes are widened to int8 first: there is no 4x4-bit dot product on x86) and w any
+// weight format; T = x.rows (T = 1 is the decode GEMV). Throws sinkq::Error on a format or shape
+// mismatch. y must not alias anything else.
+void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, float* y);
+
+// The ISA path gemm / quantize_* take now: "scalar", "avx2" or "avx512-vnni".
+std::string_view kernel_isa_name();
+
+namespace ref {
+// Plain loops on the unpacked formats, in the fp32 order stated above (the definition the fast
+// paths are held to, bit for bit).
+void gemm(const PackedTensor& x, const PackedTensor& w, const float* bias, float* y);
+}  // namespace ref
+
+}  // namespace sinkq::lowbit

@@ -13,6 +13,8 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_ppl(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_analyze(CLI::App& app);
+void register_prefix(CLI::App& app);
 
 // Flags every model command shares, declared once here.
 struct CommonFlags {

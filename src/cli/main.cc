@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   sinkq::cli::register_generate(app);
   sinkq::cli::register_ppl(app);
   sinkq::cli::register_bench(app);
+  sinkq::cli::register_analyze(app);
+  sinkq::cli::register_prefix(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

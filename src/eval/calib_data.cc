@@ -73,7 +73,7 @@ CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOp
   set.eligible = int64_t(eligible.size());
   SINKQ_CHECK(!eligible.empty(),
               "calibration file '{}': no document has the {} tokens a sample needs (longest: {} tokens); "
-              "use a shorter --calib-len",
+              "use shorter samples",
               path, body, longest);
 
   std::mt19937_64 rng(opt.seed);

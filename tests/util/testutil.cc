@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <stdexcept>
 
 #include "core/error.h"
@@ -146,8 +148,11 @@ json tiny_model_config(const TinyModelSpec& s) {
   return c;
 }
 
-void write_tiny_model(const std::string& dir, const TinyModelSpec& s) {
-  const auto tensors = tiny_model_tensors(s);
+void write_tiny_model(const std::string& dir, const TinyModelSpec& s) { write_tiny_model(dir, s, nullptr); }
+
+void write_tiny_model(const std::string& dir, const TinyModelSpec& s, const TinyTensorEdit& edit) {
+  auto tensors = tiny_model_tensors(s);
+  if (edit) edit(tensors);
   write_file_atomic(dir + "/config.json", tiny_model_config(s).dump(2) + "\n");
 
   std::vector<std::string> names;
@@ -185,6 +190,89 @@ void write_tiny_model(const std::string& dir, const TinyModelSpec& s) {
       fs::create_symlink(src + "/" + f, dir + "/" + f);
     }
   }
+}
+
+std::string xml_wellformedness_error(std::string_view d) {
+  size_t i = 0;
+  const auto err = [&](std::string_view what) { return fmt::format("{} at byte {}", what, i); };
+  const auto is_name = [](char c) { return std::isalnum(uint8_t(c)) || c == '_' || c == '-' || c == ':' || c == '.'; };
+  // Checks the character data d[a, b): no '<', entities well formed.
+  const auto check_text = [&](size_t a, size_t b) -> std::string {
+    for (size_t k = a; k < b; ++k) {
+      if (d[k] == '<') return fmt::format("'<' in text at byte {}", k);
+      if (d[k] != '&') continue;
+      const size_t semi = d.find(';', k);
+      if (semi == std::string_view::npos || semi > b) return fmt::format("unterminated entity at byte {}", k);
+      const std::string_view ent = d.substr(k + 1, semi - k - 1);
+      const bool numeric = ent.size() > 1 && ent[0] == '#';
+      if (!numeric && ent != "amp" && ent != "lt" && ent != "gt" && ent != "quot" && ent != "apos")
+        return fmt::format("unknown entity '&{};' at byte {}", ent, k);
+      k = semi;
+    }
+    return "";
+  };
+  std::vector<std::string> open;
+  int roots = 0;
+  while (i < d.size()) {
+    const size_t lt = d.find('<', i);
+    const size_t text_end = lt == std::string_view::npos ? d.size() : lt;
+    if (open.empty()) {
+      for (size_t k = i; k < text_end; ++k)
+        if (!std::isspace(uint8_t(d[k]))) return fmt::format("text outside the root element at byte {}", k);
+    } else if (std::string e = check_text(i, text_end); !e.empty()) {
+      return e;
+    }
+    if (lt == std::string_view::npos) break;
+    i = lt;
+    if (d.substr(i, 2) == "<?" || d.substr(i, 4) == "<!--") {
+      const std::string_view end = d[i + 1] == '?' ? "?>" : "-->";
+      const size_t e = d.find(end, i);
+      if (e == std::string_view::npos) return err("unterminated declaration or comment");
+      i = e + end.size();
+      continue;
+    }
+    if (d.substr(i, 2) == "</") {
+      size_t k = i + 2;
+      while (k < d.size() && is_name(d[k])) ++k;
+      const std::string name(d.substr(i + 2, k - i - 2));
+      if (k >= d.size() || d[k] != '>') return err("malformed end tag");
+      if (open.empty() || open.back() != name) return err(fmt::format("end tag </{}> does not match", name));
+      open.pop_back();
+      i = k + 1;
+      continue;
+    }
+    size_t k = i + 1;
+    while (k < d.size() && is_name(d[k])) ++k;
+    const std::string name(d.substr(i + 1, k - i - 1));
+    if (name.empty()) return err("'<' without a tag name");
+    std::set<std::string> attrs;
+    while (true) {
+      const size_t ws = k;
+      while (k < d.size() && std::isspace(uint8_t(d[k]))) ++k;
+      if (k >= d.size()) return err(fmt::format("unterminated tag <{}>", name));
+      if (d[k] == '>' || d.substr(k, 2) == "/>") break;
+      if (k == ws) return err(fmt::format("no space before an attribute of <{}>", name));
+      const size_t a = k;
+      while (k < d.size() && is_name(d[k])) ++k;
+      const std::string attr(d.substr(a, k - a));
+      if (attr.empty() || k >= d.size() || d[k] != '=') return err(fmt::format("malformed attribute in <{}>", name));
+      if (!attrs.insert(attr).second) return err(fmt::format("duplicate attribute '{}' in <{}>", attr, name));
+      ++k;
+      if (k >= d.size() || (d[k] != '"' && d[k] != '\'')) return err(fmt::format("unquoted value of '{}'", attr));
+      const size_t close = d.find(d[k], k + 1);
+      if (close == std::string_view::npos) return err(fmt::format("unterminated value of '{}'", attr));
+      if (std::string e = check_text(k + 1, close); !e.empty()) return e;
+      k = close + 1;
+    }
+    const bool empty_elem = d[k] == '/';
+    if (open.empty()) ++roots;
+    if (roots > 1) return err("more than one root element");
+    if (!empty_elem) open.push_back(name);
+    i = k + (empty_elem ? 2 : 1);
+  }
+  if (!open.empty()) return fmt::format("<{}> is never closed", open.back());
+  if (roots != 1) return "no root element";
+  return "";
 }
 
 std::string raw_safetensors(std::string_view header, std::string_view data) {

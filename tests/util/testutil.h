@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -79,6 +80,18 @@ struct TinyTensor {
 std::map<std::string, TinyTensor> tiny_model_tensors(const TinyModelSpec& spec);
 // config.json that write_tiny_model writes for `spec`.
 nlohmann::json tiny_model_config(const TinyModelSpec& spec);
+
+// Edits the tensor map after it is generated and before it is written (planted weights, see
+// util/planted.h): tensors may be changed, added or removed; shapes must stay consistent with the
+// config. write_tiny_model(dir, spec) is this with no edit.
+using TinyTensorEdit = std::function<void(std::map<std::string, TinyTensor>&)>;
+void write_tiny_model(const std::string& dir, const TinyModelSpec& spec, const TinyTensorEdit& edit);
+
+// "" when `doc` is a well-formed XML document (one root element, balanced tags, unique attribute
+// names, quoted attribute values, '<' never in text or values, '&' only as a predefined or numeric
+// entity), else what is wrong and where. A checker for generated SVG, not a validating parser: no
+// DTDs, CDATA is not recognized.
+std::string xml_wellformedness_error(std::string_view doc);
 
 // Bytes of a hand-made safetensors file: u64 LE header.size(), header verbatim (no padding, no
 // validation), data. For crafting malformed files; tamper with the result as needed.

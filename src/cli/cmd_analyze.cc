@@ -1,0 +1,145 @@
+// sinkq analyze -m DIR --data FILE [--samples N] [--len L] [--seed S] [--eta E] [--bits B]
+//               [--alpha LIST] [--out DIR] [--json] [--threads N]
+// Where a model's outliers are (eval/analyze.h): token-wise max statistics of every site,
+// outlier tokens at down_in, attention mass on the first tokens, and the quantization kernel of
+// per-token vs CrossQuant activation quantization, over seeded calibration samples.
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "eval/analyze.h"
+#include "eval/calib_data.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq::cli {
+
+namespace {
+
+// "0.15,0.45,1" -> {0.15, 0.45, 1}; every item a number in [0, 1]. Errors name --alpha.
+std::vector<float> parse_alphas(const std::string& list) {
+  std::vector<float> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    std::string item = list.substr(pos, end - pos);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    SINKQ_CHECK(!item.empty(), "--alpha '{}': empty item (expected a comma-separated list of numbers in [0, 1])",
+                list);
+    char* stop = nullptr;
+    errno = 0;
+    const double v = std::strtod(item.c_str(), &stop);
+    SINKQ_CHECK(stop && *stop == '\0' && errno == 0 && std::isfinite(v),
+                "--alpha '{}': '{}' is not a number (expected a comma-separated list of numbers in [0, 1])", list,
+                item);
+    SINKQ_CHECK(v >= 0.0 && v <= 1.0, "--alpha '{}': {} is outside [0, 1]", list, item);
+    out.push_back(float(v));
+    if (end == list.size()) break;
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+void register_analyze(CLI::App& app) {
+  struct Opts : CommonFlags {
+    std::string data, out, alpha = "0.15,0.45,0.75,1.0";
+    int64_t samples = 8, len = 0;
+    uint64_t seed = 0;
+    double eta = 64.0;
+    int bits = 4;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "analyze", "Where a model's outliers are: token-wise max statistics, outlier tokens, attention to the first "
+                 "tokens, quantization kernel (PrefixQuant / CrossQuant analyses)");
+  // -m and --data are checked in the callback (exit 1 with a message, like every other bad input).
+  add_model_flag(*cmd, *o, /*required=*/false)->description("Hugging Face model directory (required)");
+  cmd->add_option("--data", o->data,
+                  "Calibration text (required): jsonl with a \"text\" field per line (C4) or plain text (WikiText-2)");
+  cmd->add_option("--samples", o->samples, "Number of samples")->capture_default_str();
+  cmd->add_option("--len", o->len, "Tokens per sample incl. [BOS] (default: min(512, max_position_embeddings))");
+  cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--eta", o->eta, "Outlier-token threshold: token max / median of its sequence at down_in > eta")
+      ->capture_default_str();
+  cmd->add_option("--bits", o->bits, "Bits of the quantization-kernel statistics (2..8)")->capture_default_str();
+  cmd->add_option("--alpha", o->alpha, "CrossQuant alpha values, comma-separated, each in [0, 1]")
+      ->capture_default_str();
+  cmd->add_option("--out", o->out,
+                  "Also write report.json and SVG plots into this new (or empty) directory, atomically");
+  add_output_flags(*cmd, *o);
+  cmd->callback([o] {
+    apply_threads(*o);
+    // Every flag checked before anything is loaded.
+    SINKQ_CHECK(!o->model.empty(), "-m/--model DIR is required");
+    SINKQ_CHECK(!o->data.empty(), "--data FILE is required (calibration text: jsonl or plain text)");
+    SINKQ_CHECK(o->samples >= 1, "--samples must be >= 1 (got {})", o->samples);
+    SINKQ_CHECK(o->len == 0 || o->len >= 2, "--len must be >= 2 (got {})", o->len);
+    SINKQ_CHECK(std::isfinite(o->eta) && o->eta > 0, "--eta must be a positive number (got {})", o->eta);
+    SINKQ_CHECK(o->bits >= 2 && o->bits <= 8, "--bits must be in 2..8 (got {})", o->bits);
+    AnalyzeOptions opt;
+    opt.eta = o->eta;
+    opt.bits = o->bits;
+    opt.alphas = parse_alphas(o->alpha);
+    if (!o->out.empty()) {
+      try {
+        check_output_dir(o->out);
+      } catch (const Error& e) {
+        fail("--out: {}", e.what());
+      }
+    }
+
+    const auto model = Model::load(o->model);
+    const auto tok = Tokenizer::load(o->model);
+    const int64_t max_pos = model->config().max_position_embeddings;
+    const int64_t len = o->len > 0 ? o->len : std::min<int64_t>(512, max_pos);
+    SINKQ_CHECK(len <= max_pos, "--len {} is longer than the model's max_position_embeddings ({})", len, max_pos);
+    CalibOptions co;
+    co.samples = o->samples;
+    co.len = len;
+    co.seed = o->seed;
+    co.bos = true;
+    std::fprintf(stderr, "analyze: sampling %lld × %lld tokens from %s\n", (long long)co.samples, (long long)len,
+                 o->data.c_str());
+    CalibSet calib;
+    try {
+      calib = load_calib(o->data, *tok, co);
+    } catch (const Error& e) {
+      fail("--data: {}", e.what());
+    }
+
+    opt.tokenizer = tok.get();
+    opt.progress = [](int64_t done, int64_t total) { progress("analyze: sample", done, total); };
+    const AnalyzeReport r = analyze(model, calib.samples, opt);
+
+    nlohmann::json j = to_json(r);
+    j["model_dir"] = o->model;
+    j["data"] = {{"file", calib.file},         {"format", calib.format}, {"documents", calib.documents},
+                 {"eligible", calib.eligible}, {"seed", o->seed},        {"bos", calib.bos}};
+    if (!o->out.empty()) {
+      try {
+        write_report_dir(r, j, o->out);
+      } catch (const Error& e) {
+        fail("--out: {}", e.what());
+      }
+      std::fprintf(stderr, "analyze: wrote %s (report.json and SVG plots)\n", o->out.c_str());
+    }
+    if (o->json) {
+      print_json(j);
+      return;
+    }
+    fmt::print("model {}  data {} ({}, seed {}, {})\n", o->model, calib.file, calib.format, o->seed,
+               calib.bos ? "[BOS] first" : "no [BOS]");
+    fmt::print("{}", to_text(r));
+    std::fflush(stdout);
+  });
+}
+
+}  // namespace sinkq::cli

@@ -1,0 +1,698 @@
+// sinkq/eval/analyze.cc — see analyze.h.
+#include "eval/analyze.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/mmap.h"
+#include "eval/svg.h"
+#include "quant/crossquant.h"
+
+namespace sinkq {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---- token-wise maxima ----------------------------------------------------------------------
+
+void token_max(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* r = x + i * cols;
+    float m = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(r[j]));
+    out[i] = m;
+  }
+}
+
+float lower_median(std::span<const float> v) {
+  if (v.empty()) return 0.0f;
+  std::vector<float> c(v.begin(), v.end());
+  const auto mid = c.begin() + std::ptrdiff_t((c.size() - 1) / 2);
+  std::nth_element(c.begin(), mid, c.end());
+  return *mid;
+}
+
+namespace {
+double ratio(double num, double den) {
+  if (den > 0) return num / den;
+  return num > 0 ? INFINITY : std::nan("");  // 0/0: no information
+}
+}  // namespace
+
+double TokenMaxStats::top1_over_median() const { return tokens ? ratio(top1, median) : std::nan(""); }
+double TokenMaxStats::median_over_min1() const { return tokens ? ratio(median, min1) : std::nan(""); }
+
+TokenMaxStats token_max_stats(std::span<const float> maxima) {
+  TokenMaxStats s;
+  s.tokens = int64_t(maxima.size());
+  if (maxima.empty()) return s;
+  const auto [lo, hi] = std::minmax_element(maxima.begin(), maxima.end());
+  s.min1 = *lo;
+  s.top1 = *hi;
+  s.median = lower_median(maxima);
+  return s;
+}
+
+// ---- outlier tokens -------------------------------------------------------------------------
+
+std::vector<int64_t> outlier_indices(std::span<const float> m, double eta) {
+  std::vector<int64_t> out;
+  const float med = lower_median(m);
+  for (size_t t = 0; t < m.size(); ++t) {
+    // M_t / med > eta, written without dividing so that med = 0 behaves as +inf (M_t > 0).
+    if (double(m[t]) > eta * double(med)) out.push_back(int64_t(t));
+  }
+  return out;
+}
+
+int OutlierStats::outlier_number() const {
+  if (sequences <= 0) return 0;
+  int64_t most = 0;
+  for (int64_t c : count) most = std::max(most, c);
+  return int((most + sequences - 1) / sequences);
+}
+
+std::vector<int32_t> OutlierStats::frequent_tokens(int o) const {
+  std::vector<int32_t> ids;
+  for (const OutlierTokenCount& c : counts) {  // already in the documented order
+    if (int(ids.size()) >= o) break;
+    if (c.non_initial > 0) ids.push_back(c.token_id);
+  }
+  return ids;
+}
+
+namespace {
+std::string text_of(const Tokenizer* tok, int32_t id) {
+  if (!tok) return "";
+  if (id < 0 || id >= tok->vocab_size()) return fmt::format("<id {}>", id);
+  return tok->token_text(id);
+}
+}  // namespace
+
+OutlierFinder::OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok) : fwd_(fwd), tok_(tok) {
+  SINKQ_CHECK(std::isfinite(eta) && eta > 0, "outlier threshold eta = {} must be a positive number", eta);
+  const int L = fwd.model().config().num_layers;
+  stats_.eta = eta;
+  stats_.count.assign(size_t(L), 0);
+  stats_.mean_count.assign(size_t(L), 0.0);
+  rows_.resize(size_t(L));
+  handle_ = fwd.hooks().add(Site::DownIn, -1, [this](SiteView& v) {
+    std::vector<Row>& rows = rows_[size_t(v.layer)];
+    for (int64_t t = 0; t < v.tokens; ++t) {
+      float m = 0;
+      token_max(v.row(t), 1, v.features, &m);
+      rows.push_back({v.positions[size_t(t)], v.token_ids[size_t(t)], m});
+    }
+  });
+}
+
+OutlierFinder::~OutlierFinder() { fwd_.hooks().remove(handle_); }
+
+void OutlierFinder::end_sequence() {
+  const int64_t sample = stats_.sequences++;
+  std::set<int64_t> positions;  // outlier in at least one layer
+  std::map<int32_t, OutlierTokenCount> by_id;
+  for (const OutlierTokenCount& c : stats_.counts) by_id[c.token_id] = c;
+  std::vector<float> m;
+  for (size_t l = 0; l < rows_.size(); ++l) {
+    std::vector<Row>& rows = rows_[l];
+    m.resize(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) m[t] = rows[t].max;
+    const float med = lower_median(m);
+    std::vector<OutlierToken> found;
+    for (int64_t t : outlier_indices(m, stats_.eta)) {
+      const Row& r = rows[size_t(t)];
+      OutlierToken o;
+      o.layer = int(l);
+      o.sample = sample;
+      o.position = r.position;
+      o.token_id = r.token_id;
+      o.token_max = r.max;
+      o.median = med;
+      o.ratio = ratio(r.max, med);
+      o.text = text_of(tok_, r.token_id);
+      found.push_back(std::move(o));
+    }
+    std::sort(found.begin(), found.end(), [](const OutlierToken& a, const OutlierToken& b) {
+      return a.position < b.position;
+    });
+    for (OutlierToken& o : found) {
+      OutlierTokenCount& c = by_id[o.token_id];
+      c.token_id = o.token_id;
+      c.text = o.text;
+      ++c.occurrences;
+      if (o.position != 0) ++c.non_initial;
+      if (positions.insert(o.position).second) ++c.positions;
+      ++stats_.count[l];
+      stats_.tokens.push_back(std::move(o));
+    }
+    rows.clear();
+  }
+  // Keep `tokens` ordered by (layer, sample, position): a stable sort after appending.
+  std::stable_sort(stats_.tokens.begin(), stats_.tokens.end(),
+                   [](const OutlierToken& a, const OutlierToken& b) { return a.layer < b.layer; });
+  for (size_t l = 0; l < stats_.count.size(); ++l)
+    stats_.mean_count[l] = double(stats_.count[l]) / double(stats_.sequences);
+  stats_.counts.clear();
+  for (auto& [id, c] : by_id) stats_.counts.push_back(std::move(c));
+  std::sort(stats_.counts.begin(), stats_.counts.end(), [](const OutlierTokenCount& a, const OutlierTokenCount& b) {
+    if (a.non_initial != b.non_initial) return a.non_initial > b.non_initial;
+    if (a.occurrences != b.occurrences) return a.occurrences > b.occurrences;
+    return a.token_id < b.token_id;
+  });
+}
+
+OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
+                                 const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress) {
+  OutlierFinder finder(fwd, eta, tok);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SINKQ_CHECK(!samples[i].empty(), "outlier tokens: sample {} is empty", i);
+    fwd.reset();
+    fwd.step(samples[i], /*all_logits=*/false);
+    finder.end_sequence();
+    if (progress) progress(int64_t(i + 1), int64_t(samples.size()));
+  }
+  return finder.stats();
+}
+
+// ---- the whole analysis ---------------------------------------------------------------------
+
+void validate(const AnalyzeOptions& o) {
+  SINKQ_CHECK(std::isfinite(o.eta) && o.eta > 0, "eta = {} must be a positive number", o.eta);
+  SINKQ_CHECK(o.bits >= 2 && o.bits <= 8, "bits = {} is outside 2..8", o.bits);
+  SINKQ_CHECK(!o.alphas.empty(), "alpha: at least one CrossQuant alpha is needed");
+  for (float a : o.alphas) SINKQ_CHECK(a >= 0.0f && a <= 1.0f, "alpha = {} must be in [0, 1]", a);
+}
+
+double AttentionStats::mean_to_first() const {
+  if (to_first.empty()) return std::nan("");
+  double s = 0;
+  for (double v : to_first) s += v;
+  return s / double(to_first.size());
+}
+
+double AttentionStats::max_to_first() const {
+  if (to_first.empty()) return std::nan("");
+  return *std::max_element(to_first.begin(), to_first.end());
+}
+
+const TokenMaxStats& LayerReport::site(Site s) const {
+  for (size_t k = 0; k < kAnalyzedSites.size(); ++k)
+    if (kAnalyzedSites[k] == s) return sites[k];
+  SINKQ_ASSERT(false && "site is not analysed");
+  return sites[0];
+}
+
+namespace {
+
+// All the per-site observers of analyze(), attached to one Forward (hooks removed on destruction).
+class Observers {
+ public:
+  Observers(Forward& fwd, const AnalyzeOptions& o) : fwd_(fwd), opt_(o) {
+    const ModelConfig& c = fwd.model().config();
+    L_ = c.num_layers;
+    maxima_.assign(kAnalyzedSites.size(), std::vector<std::vector<float>>(size_t(L_)));
+    att_sum_.assign(size_t(L_), std::vector<double>(size_t(c.num_heads), 0.0));
+    att4_sum_ = att_sum_;
+    att_n_.assign(size_t(L_), 0);
+    att4_n_.assign(size_t(L_), 0);
+    q_buf_.resize(size_t(L_));
+    k_rows_.resize(size_t(L_));
+    kernel_.resize(size_t(L_));
+    for (auto& per_site : kernel_)
+      for (KernelStats& k : per_site) k.crossquant.assign(o.alphas.size(), {});
+
+    for (size_t k = 0; k < kAnalyzedSites.size(); ++k)
+      handles_.push_back(fwd.hooks().add(kAnalyzedSites[k], -1, [this, k](SiteView& v) { on_max(k, v); }));
+    handles_.push_back(fwd.hooks().add(Site::Q, -1, [this](SiteView& v) { on_q(v); }));
+    handles_.push_back(fwd.hooks().add(Site::K, -1, [this](SiteView& v) { on_k(v); }));
+    for (size_t k = 0; k < kLinearInputSites.size(); ++k)
+      handles_.push_back(fwd.hooks().add(kLinearInputSites[k], -1, [this, k](SiteView& v) { on_kernel(k, v); }));
+  }
+  ~Observers() {
+    for (int h : handles_) fwd_.hooks().remove(h);
+  }
+  Observers(const Observers&) = delete;
+  Observers& operator=(const Observers&) = delete;
+
+  void fill(AnalyzeReport& r) const {
+    r.layer.resize(size_t(L_));
+    for (int l = 0; l < L_; ++l) {
+      LayerReport& lr = r.layer[size_t(l)];
+      for (size_t k = 0; k < kAnalyzedSites.size(); ++k) lr.sites[k] = token_max_stats(maxima_[k][size_t(l)]);
+      AttentionStats& a = lr.attention;
+      a.queries = att_n_[size_t(l)];
+      a.queries4 = att4_n_[size_t(l)];
+      for (double s : att_sum_[size_t(l)]) a.to_first.push_back(a.queries ? s / double(a.queries) : std::nan(""));
+      for (double s : att4_sum_[size_t(l)])
+        a.to_first4.push_back(a.queries4 ? s / double(a.queries4) : std::nan(""));
+      lr.kernel = kernel_[size_t(l)];
+    }
+  }
+
+ private:
+  void on_max(size_t k, const SiteView& v) {
+    std::vector<float>& out = maxima_[k][size_t(v.layer)];
+    const size_t n0 = out.size();
+    out.resize(n0 + size_t(v.tokens));
+    token_max(v.data, v.tokens, v.features, out.data() + n0);
+  }
+
+  // q arrives before k in the same layer (model.cc): keep this call's rows until on_k.
+  void on_q(const SiteView& v) {
+    std::vector<float>& q = q_buf_[size_t(v.layer)];
+    q.assign(v.data, v.data + v.tokens * v.features);
+  }
+
+  // Keys of this call are stored at their positions (earlier calls of the sequence are already
+  // there), then the attention probabilities of this call's queries are recomputed.
+  void on_k(const SiteView& v) {
+    const ModelConfig& c = fwd_.model().config();
+    const int64_t KV = c.kv_dim(), QD = c.q_dim(), hd = c.head_dim;
+    const int heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
+    const int64_t window = c.sliding_window;
+    std::vector<float>& K = k_rows_[size_t(v.layer)];
+    const std::vector<float>& Q = q_buf_[size_t(v.layer)];
+    SINKQ_ASSERT(v.features == KV && int64_t(Q.size()) == v.tokens * QD);
+    for (int64_t t = 0; t < v.tokens; ++t) {
+      const size_t p = size_t(v.positions[size_t(t)]);
+      if (K.size() < (p + 1) * size_t(KV)) K.resize((p + 1) * size_t(KV));
+      std::copy(v.row(t), v.row(t) + KV, K.begin() + std::ptrdiff_t(p * size_t(KV)));
+    }
+    const double scale = 1.0 / std::sqrt(double(hd));
+    std::vector<double> prob;
+    std::vector<double>& sum1 = att_sum_[size_t(v.layer)];
+    std::vector<double>& sum4 = att4_sum_[size_t(v.layer)];
+    for (int64_t t = 0; t < v.tokens; ++t) {
+      const int64_t i = v.positions[size_t(t)];
+      if (i < 1) continue;  // query 0 sees only key 0: p = 1 by construction
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, i - window + 1) : 0;
+      prob.resize(size_t(i - lo + 1));
+      for (int h = 0; h < heads; ++h) {
+        const float* q = Q.data() + t * QD + int64_t(h) * hd;
+        const int64_t kvh = h / group;
+        double mx = -INFINITY;
+        for (int64_t j = lo; j <= i; ++j) {
+          const float* k = K.data() + j * KV + kvh * hd;
+          double d = 0;
+          for (int64_t e = 0; e < hd; ++e) d += double(q[e]) * double(k[e]);
+          prob[size_t(j - lo)] = d * scale;
+          mx = std::max(mx, d * scale);
+        }
+        double z = 0;
+        for (double& s : prob) z += (s = std::exp(s - mx));
+        double first = 0, first4 = 0;
+        for (int64_t j = lo; j <= std::min<int64_t>(i, 3); ++j) {
+          const double pj = prob[size_t(j - lo)] / z;
+          if (j == 0) first = pj;
+          first4 += pj;
+        }
+        sum1[size_t(h)] += first;
+        if (i >= 4) sum4[size_t(h)] += first4;
+      }
+      ++att_n_[size_t(v.layer)];
+      if (i >= 4) ++att4_n_[size_t(v.layer)];
+    }
+  }
+
+  void on_kernel(size_t k, const SiteView& v) {
+    KernelStats& ks = kernel_[size_t(v.layer)][k];
+    quant::QuantSpec spec;
+    spec.bits = opt_.bits;
+    spec.symmetric = true;
+    spec.granularity = quant::Granularity::PerRow;
+    const quant::Params p = quant::compute_params(spec, v.data, v.tokens, v.features);
+    ks.per_token += quant::kernel_count(spec, p, v.data, v.tokens, v.features);
+    for (size_t a = 0; a < opt_.alphas.size(); ++a) {
+      quant::CrossQuantizer cq({opt_.bits, opt_.alphas[a], quant::ColumnMode::PerCall}, v.features);
+      scratch_.assign(v.data, v.data + v.tokens * v.features);
+      cq.apply(scratch_.data(), v.tokens, v.features, &ks.crossquant[a]);
+    }
+  }
+
+  Forward& fwd_;
+  const AnalyzeOptions& opt_;
+  int L_ = 0;
+  std::vector<int> handles_;
+  std::vector<std::vector<std::vector<float>>> maxima_;  // [site][layer][token]
+  std::vector<std::vector<double>> att_sum_, att4_sum_;   // [layer][head]
+  std::vector<int64_t> att_n_, att4_n_;                   // [layer]
+  std::vector<std::vector<float>> q_buf_;                 // [layer] this call's q rows
+  std::vector<std::vector<float>> k_rows_;                // [layer] [position, kv_dim] of the sequence
+  std::vector<std::array<KernelStats, kLinearInputSites.size()>> kernel_;  // [layer][site]
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+AnalyzeReport analyze(std::shared_ptr<const Model> model, const std::vector<std::vector<int32_t>>& samples,
+                      const AnalyzeOptions& opt) {
+  validate(opt);
+  SINKQ_CHECK(!samples.empty(), "analyze: no samples");
+  const ModelConfig& c = model->config();
+  int64_t len = 0;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SINKQ_CHECK(!samples[i].empty(), "analyze: sample {} is empty", i);
+    for (int32_t id : samples[i])
+      SINKQ_CHECK(id >= 0 && id < c.vocab_size, "analyze: sample {} has token id {} outside the vocabulary [0, {})", i,
+                  id, c.vocab_size);
+    len = std::max<int64_t>(len, int64_t(samples[i].size()));
+  }
+  SINKQ_CHECK(len <= c.max_position_embeddings,
+              "analyze: samples of {} tokens are longer than the model's max_position_embeddings ({})", len,
+              c.max_position_embeddings);
+
+  // One call per sample: max_batch = the longest sample.
+  Forward fwd(model, len, len);
+  AnalyzeReport r;
+  r.eta = opt.eta;
+  r.bits = opt.bits;
+  r.alphas = opt.alphas;
+  r.samples = int64_t(samples.size());
+  r.len = len;
+  r.layers = c.num_layers;
+  r.heads = c.num_heads;
+  r.kv_heads = c.num_kv_heads;
+  r.head_dim = c.head_dim;
+  r.sliding_window = c.sliding_window;
+  {
+    Observers obs(fwd, opt);
+    OutlierFinder finder(fwd, opt.eta, opt.tokenizer);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      fwd.reset();
+      fwd.step(samples[i], /*all_logits=*/false);
+      finder.end_sequence();
+      if (opt.progress) opt.progress(int64_t(i + 1), int64_t(samples.size()));
+    }
+    obs.fill(r);
+    r.outliers = finder.stats();
+  }
+  return r;
+}
+
+// ---- output ---------------------------------------------------------------------------------
+
+namespace {
+
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+// A float written as its shortest decimal (0.15, not 0.15000000596046448).
+double short_double(float v) { return std::stod(fmt::format("{}", v)); }
+
+std::string alpha_name(float a) { return fmt::format("α={}", a); }
+
+// Token text for a terminal: quoted, control characters escaped.
+std::string display(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) {
+    const auto u = uint8_t(ch);
+    if (ch == '\n') out += "\\n";
+    else if (ch == '\t') out += "\\t";
+    else if (ch == '\r') out += "\\r";
+    else if (ch == '\'') out += "\\'";
+    else if (u < 0x20 || u == 0x7F) out += fmt::format("\\x{:02x}", u);
+    else out.push_back(ch);
+  }
+  return out + "'";
+}
+
+std::string token_label(int32_t id, const std::string& text) {
+  return text.empty() ? fmt::format("id {}", id) : fmt::format("{} (id {})", display(text), id);
+}
+
+}  // namespace
+
+json to_json(const AnalyzeReport& r) {
+  json j;
+  j["eta"] = r.eta;
+  j["bits"] = r.bits;
+  json alphas = json::array();
+  for (float a : r.alphas) alphas.push_back(short_double(a));
+  j["alphas"] = alphas;
+  j["samples"] = r.samples;
+  j["len"] = r.len;
+  j["model"] = {{"layers", r.layers},     {"heads", r.heads},
+                {"kv_heads", r.kv_heads}, {"head_dim", r.head_dim},
+                {"sliding_window", r.sliding_window}};
+  json sites = json::array();
+  for (Site s : kAnalyzedSites) sites.push_back(site_name(s));
+  j["sites"] = sites;
+
+  json layers = json::array();
+  for (int l = 0; l < int(r.layer.size()); ++l) {
+    const LayerReport& lr = r.layer[size_t(l)];
+    json tm = json::object();
+    for (size_t k = 0; k < kAnalyzedSites.size(); ++k) {
+      const TokenMaxStats& s = lr.sites[k];
+      tm[std::string(site_name(kAnalyzedSites[k]))] = {
+          {"tokens", s.tokens},  {"top1", s.top1}, {"median", s.median},
+          {"min1", s.min1},      {"top1_over_median", num(s.top1_over_median())},
+          {"median_over_min1", num(s.median_over_min1())}};
+    }
+    json att = json::object();
+    json f1 = json::array(), f4 = json::array();
+    for (double v : lr.attention.to_first) f1.push_back(num(v));
+    for (double v : lr.attention.to_first4) f4.push_back(num(v));
+    att["to_first"] = f1;
+    att["to_first4"] = f4;
+    att["to_first_mean"] = num(lr.attention.mean_to_first());
+    att["to_first_max"] = num(lr.attention.max_to_first());
+    att["queries"] = lr.attention.queries;
+    att["queries4"] = lr.attention.queries4;
+    json kern = json::object();
+    for (size_t k = 0; k < kLinearInputSites.size(); ++k) {
+      const KernelStats& ks = lr.kernel[k];
+      json cq = json::array();
+      for (size_t a = 0; a < ks.crossquant.size(); ++a)
+        cq.push_back({{"alpha", short_double(r.alphas[a])},
+                      {"fraction", ks.crossquant[a].fraction()},
+                      {"zeroed", ks.crossquant[a].zeroed}});
+      kern[std::string(site_name(kLinearInputSites[k]))] = {{"nonzero", ks.per_token.nonzero},
+                                                             {"per_token", ks.per_token.fraction()},
+                                                             {"per_token_zeroed", ks.per_token.zeroed},
+                                                             {"crossquant", cq}};
+    }
+    const double mean_count = l < int(r.outliers.mean_count.size()) ? r.outliers.mean_count[size_t(l)] : 0.0;
+    const int64_t count = l < int(r.outliers.count.size()) ? r.outliers.count[size_t(l)] : 0;
+    layers.push_back({{"layer", l},
+                      {"token_max", tm},
+                      {"outliers", {{"count", count}, {"mean_per_sequence", mean_count}}},
+                      {"attention", att},
+                      {"kernel", kern}});
+  }
+  j["layers"] = layers;
+
+  const OutlierStats& o = r.outliers;
+  json toks = json::array();
+  for (const OutlierToken& t : o.tokens)
+    toks.push_back({{"layer", t.layer},         {"sample", t.sample},       {"position", t.position},
+                    {"token_id", t.token_id},   {"text", t.text},           {"token_max", t.token_max},
+                    {"median", t.median},       {"ratio", num(t.ratio)}});
+  json counts = json::array();
+  for (const OutlierTokenCount& c : o.counts)
+    counts.push_back({{"token_id", c.token_id},
+                      {"text", c.text},
+                      {"occurrences", c.occurrences},
+                      {"non_initial", c.non_initial},
+                      {"positions", c.positions}});
+  j["outliers"] = {{"site", "down_in"},
+                   {"eta", o.eta},
+                   {"sequences", o.sequences},
+                   {"count", o.count},
+                   {"mean_count", o.mean_count},
+                   {"outlier_number", o.outlier_number()},
+                   {"tokens", toks},
+                   {"counts", counts}};
+  return j;
+}
+
+std::string to_text(const AnalyzeReport& r) {
+  std::string s;
+  const auto cell = [](double v) { return std::isfinite(v) ? fmt::format("{:>11.3g}", v) : fmt::format("{:>11}", "-"); };
+  s += fmt::format("{} samples × {} tokens; {} layers, {} heads ({} kv), head_dim {}{}\n", r.samples, r.len,
+                   r.layers, r.heads, r.kv_heads, r.head_dim,
+                   r.sliding_window ? fmt::format(", sliding window {}", r.sliding_window) : "");
+
+  const auto site_table = [&](const char* title, auto&& value) {
+    s += fmt::format("\n{}\nlayer", title);
+    for (Site st : kAnalyzedSites) s += fmt::format("{:>11}", site_name(st));
+    s += "\n";
+    for (size_t l = 0; l < r.layer.size(); ++l) {
+      s += fmt::format("{:>5}", l);
+      for (size_t k = 0; k < kAnalyzedSites.size(); ++k) s += cell(value(r.layer[l].sites[k]));
+      s += "\n";
+    }
+  };
+  site_table("token-wise max |x|: top-1 / median (upper outlier tokens; PrefixQuant Fig. 2/3)",
+             [](const TokenMaxStats& t) { return t.top1_over_median(); });
+  site_table("token-wise max |x|: median / min-1 (lower outlier tokens)",
+             [](const TokenMaxStats& t) { return t.median_over_min1(); });
+  s += "\ndown_in token-wise max |x|: top-1 / median / min-1\n";
+  for (size_t l = 0; l < r.layer.size(); ++l) {
+    const TokenMaxStats& t = r.layer[l].site(Site::DownIn);
+    s += fmt::format("  layer {}: {:.4g} / {:.4g} / {:.4g}\n", l, t.top1, t.median, t.min1);
+  }
+
+  const OutlierStats& o = r.outliers;
+  s += fmt::format("\noutlier tokens at down_in (token max / median of its sequence > η = {:g}):\n", o.eta);
+  constexpr size_t kShown = 8;
+  for (size_t l = 0; l < o.count.size(); ++l) {
+    s += fmt::format("  layer {}: {} ({:.2f} per sequence)", l, o.count[l], o.mean_count[l]);
+    size_t shown = 0;
+    for (const OutlierToken& t : o.tokens) {
+      if (t.layer != int(l)) continue;
+      if (shown < kShown)
+        s += fmt::format("{} s{}:{} {} ×{:.0f}", shown ? "," : ":", t.sample, t.position,
+                         token_label(t.token_id, t.text), t.ratio);
+      ++shown;
+    }
+    if (shown > kShown) s += fmt::format(", ... {} more", shown - kShown);
+    s += "\n";
+  }
+  if (!o.counts.empty()) {
+    s += "  by token (hits over layers and samples; non-initial = not at position 0):\n";
+    for (size_t i = 0; i < o.counts.size() && i < 16; ++i) {
+      const OutlierTokenCount& c = o.counts[i];
+      s += fmt::format("    {}: {} hits, {} non-initial, {} positions\n", token_label(c.token_id, c.text),
+                       c.occurrences, c.non_initial, c.positions);
+    }
+    if (o.counts.size() > 16) s += fmt::format("    ... {} more token ids\n", o.counts.size() - 16);
+  }
+  s += fmt::format("  outlier number o = ceil(max mean count per sequence) = {}\n", o.outlier_number());
+
+  s += "\nattention mass on token 0 (mean over queries >= 1), over heads: mean / max; on tokens 0..3 (queries >= 4): mean\n";
+  for (size_t l = 0; l < r.layer.size(); ++l) {
+    const AttentionStats& a = r.layer[l].attention;
+    double m4 = 0;
+    for (double v : a.to_first4) m4 += v;
+    m4 = a.to_first4.empty() ? std::nan("") : m4 / double(a.to_first4.size());
+    s += fmt::format("  layer {}: {:.4f} / {:.4f}   0..3: {:.4f}\n", l, a.mean_to_first(), a.max_to_first(), m4);
+  }
+
+  s += fmt::format("\nquantization kernel at {} bits (share of nonzero elements quantized to 0; CrossQuant "
+                   "column maxima per sequence)\nlayer site     per-token",
+                   r.bits);
+  for (float a : r.alphas) s += fmt::format("{:>11}", fmt::format("a={}", a));
+  s += "\n";
+  for (size_t l = 0; l < r.layer.size(); ++l)
+    for (size_t k = 0; k < kLinearInputSites.size(); ++k) {
+      const KernelStats& ks = r.layer[l].kernel[k];
+      s += fmt::format("{:>5} {:<8}{:>10.4f}", l, site_name(kLinearInputSites[k]), ks.per_token.fraction());
+      for (const quant::KernelCount& kc : ks.crossquant) s += fmt::format("{:>11.4f}", kc.fraction());
+      s += "\n";
+    }
+  return s;
+}
+
+std::vector<std::pair<std::string, std::string>> report_svgs(const AnalyzeReport& r) {
+  std::vector<std::pair<std::string, std::string>> files;
+  std::vector<std::string> layer_names;
+  for (size_t l = 0; l < r.layer.size(); ++l) layer_names.push_back(std::to_string(l));
+
+  for (size_t k = 0; k < kAnalyzedSites.size(); ++k) {
+    const std::string name(site_name(kAnalyzedSites[k]));
+    svg::BarChart c;
+    c.title = fmt::format("token-wise max |x| at {} ({} samples × {} tokens)", name, r.samples, r.len);
+    c.x_label = "layer";
+    c.y_label = "token-wise max |x|";
+    c.groups = layer_names;
+    c.log_y = true;
+    c.series = {{"top-1", {}}, {"median", {}}, {"min-1", {}}};
+    for (const LayerReport& lr : r.layer) {
+      c.series[0].values.push_back(lr.sites[k].top1);
+      c.series[1].values.push_back(lr.sites[k].median);
+      c.series[2].values.push_back(lr.sites[k].min1);
+    }
+    files.emplace_back("token_max_" + name + ".svg", svg::render(c));
+  }
+
+  svg::Heatmap h;
+  h.title = "attention mass on token 0 (mean over queries at positions >= 1)";
+  h.x_label = "query head";
+  h.y_label = "layer";
+  for (int hh = 0; hh < r.heads; ++hh) h.cols.push_back(fmt::format("h{}", hh));
+  for (size_t l = 0; l < r.layer.size(); ++l) {
+    h.rows.push_back(fmt::format("layer {}", l));
+    h.values.push_back(r.layer[l].attention.to_first);
+  }
+  h.vmin = 0.0;
+  h.vmax = 1.0;
+  h.value_format = "{:.3f}";
+  files.emplace_back("attention_token0.svg", svg::render(h));
+
+  for (size_t k = 0; k < kLinearInputSites.size(); ++k) {
+    const std::string name(site_name(kLinearInputSites[k]));
+    svg::BarChart c;
+    c.title = fmt::format("quantization kernel at {}, {} bits: per-token vs CrossQuant", name, r.bits);
+    c.x_label = "layer";
+    c.y_label = "share of nonzero elements quantized to 0";
+    c.groups = layer_names;
+    c.series.push_back({"per-token", {}});
+    for (float a : r.alphas) c.series.push_back({alpha_name(a), {}});
+    for (const LayerReport& lr : r.layer) {
+      const KernelStats& ks = lr.kernel[k];
+      c.series[0].values.push_back(ks.per_token.fraction());
+      for (size_t a = 0; a < ks.crossquant.size(); ++a) c.series[a + 1].values.push_back(ks.crossquant[a].fraction());
+    }
+    files.emplace_back("kernel_" + name + ".svg", svg::render(c));
+  }
+  return files;
+}
+
+namespace {
+// dir without trailing slashes ("out/" -> "out"; "/" stays "/").
+fs::path normalized(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return fs::path(d);
+}
+}  // namespace
+
+void check_output_dir(const std::string& dir) {
+  SINKQ_CHECK(!dir.empty(), "output directory: empty path");
+  const fs::path p = normalized(dir);
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(p, ec);
+  if (fs::exists(st)) {
+    SINKQ_CHECK(fs::is_directory(st), "output directory '{}' exists and is not a directory", dir);
+    SINKQ_CHECK(fs::is_empty(p, ec) && !ec,
+                "output directory '{}' exists and is not empty (give a new or empty directory)", dir);
+  }
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  SINKQ_CHECK(fs::is_directory(parent, ec), "output directory '{}': its parent '{}' is not a directory", dir,
+              parent.string());
+}
+
+void write_report_dir(const AnalyzeReport& r, const json& report, const std::string& dir) {
+  check_output_dir(dir);
+  const fs::path p = normalized(dir);
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  static std::atomic<int> counter{0};
+  const fs::path tmp =
+      parent / fmt::format(".{}.tmp.{}.{}", p.filename().string(), ::getpid(), counter.fetch_add(1));
+  std::error_code ec;
+  SINKQ_CHECK(fs::create_directory(tmp, ec) && !ec, "output directory '{}': cannot create '{}': {}", dir,
+              tmp.string(), ec ? ec.message() : "it exists");
+  try {
+    write_file_atomic((tmp / "report.json").string(),
+                      report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
+    for (const auto& [name, content] : report_svgs(r)) write_file_atomic((tmp / name).string(), content);
+    // rename(2) replaces an empty directory; a non-empty one (created meanwhile) fails.
+    fs::rename(tmp, p, ec);
+    SINKQ_CHECK(!ec, "output directory '{}': cannot move '{}' into place: {}", dir, tmp.string(), ec.message());
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
+  }
+}
+
+}  // namespace sinkq

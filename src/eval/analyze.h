@@ -1,0 +1,215 @@
+// sinkq/eval/analyze.h — where a model's outliers are: token-wise max statistics, outlier tokens,
+// attention mass on the first tokens, and the quantization kernel, from calibration samples.
+//
+// Every statistic is observed through read-only site hooks (model/sites.h) while the samples run
+// through the model, one sequence per Forward call (the Forward is reset before each sample):
+//
+// 1. Token-wise maxima (PrefixQuant §3, Fig. 2/3). For an activation X[T, C] at (site, layer) the
+//    token-wise maximum of token t is M_t = max_c |X_tc|. Over all tokens of all samples:
+//    top-1 = max M, median = median M, min-1 = min M, and the ratios top-1/median (upper outlier
+//    tokens) and median/min-1 (lower outlier tokens). Every site except logits.
+// 2. Outlier tokens (PrefixQuant §5.1, eq. 3) at down_in (the input of down_proj) of each layer:
+//    token t of a sample is an outlier when M_t / median(M of that sample at that layer) > η.
+//    Counted per layer (PrefixQuant's O: mean count per sequence) and per token id.
+// 3. Attention mass on the first tokens, per layer and query head: the softmax probabilities of
+//    the model's own attention, recomputed from the q and k sites (after RoPE) with the causal
+//    mask, scale 1/sqrt(head_dim), GQA (query head h reads kv head h / (heads / kv_heads)) and
+//    the sliding window when the model has one. to_first = mean over queries at positions >= 1 of
+//    p(key 0); to_first4 = mean over queries at positions >= 4 of p(keys 0..3) (queries 0..3 are
+//    left out because for them the mass is 1 by construction).
+// 4. Quantization kernel (CrossQuant Def. 1): the share of nonzero elements quantized to 0 at the
+//    four linear-layer inputs (attn_in, o_in, mlp_in, down_in), for dynamic per-token symmetric
+//    quantization (quant::compute_params, per_row) and for CrossQuant with each α
+//    (quant::CrossQuantizer, column maxima per Forward call — the paper's whole-sequence
+//    evaluation), both at `bits`. α = 1 is per-token quantization bit for bit.
+//
+// Medians are the lower median (element ⌊(n-1)/2⌋ of the sorted values), as torch.median, which
+// the PrefixQuant reference code uses.
+//
+// Building a prefix finder (PrefixQuant §5.1) on this:
+//   OutlierStats s = find_outlier_tokens(fwd, samples, /*eta=*/64);   // or analyze(...).outliers
+//   int o = s.outlier_number();           // ⌈max over layers of the mean count per sequence⌉
+//   std::vector<int32_t> ids = s.frequent_tokens(n);  // the n most frequent outlier tokens, counted
+//                                         // at non-initial positions only (the paper's footnote)
+// How many tokens to take for a given o, and where [BOS] goes, is the prefix finder's decision;
+// s.tokens (every hit with its layer, sample, position and ratio) and s.counts hold the rest.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "quant/quantizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq {
+
+// The sites analysed for token-wise maxima: every site but logits, in Site order.
+inline constexpr std::array<Site, 9> kAnalyzedSites = {Site::AttnIn, Site::Q,     Site::KPreRope,
+                                                       Site::K,      Site::V,     Site::OIn,
+                                                       Site::MlpIn,  Site::DownIn, Site::Out};
+// The inputs of the linear layers, where activations are quantized (kernel statistics).
+inline constexpr std::array<Site, 4> kLinearInputSites = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+
+// Token-wise maximum |x| of every row of x[rows, cols]: out[rows].
+void token_max(const float* x, int64_t rows, int64_t cols, float* out);
+// Lower median (see above); 0 for an empty span. Does not modify `v`.
+float lower_median(std::span<const float> v);
+
+// Top-1 / median / min-1 of a set of token-wise maxima.
+struct TokenMaxStats {
+  int64_t tokens = 0;
+  float top1 = 0, median = 0, min1 = 0;
+  // +inf when the denominator is 0 (to_json writes null); NaN when there are no tokens.
+  double top1_over_median() const;
+  double median_over_min1() const;
+};
+TokenMaxStats token_max_stats(std::span<const float> maxima);
+
+// ---- outlier tokens -------------------------------------------------------------------------
+
+// PrefixQuant eq. 3 on one sequence's token maxima M: the indices t (ascending) with
+// M_t / median(M) > eta (M_t > 0 = median counts as an outlier: the ratio is +inf).
+std::vector<int64_t> outlier_indices(std::span<const float> token_max, double eta);
+
+struct OutlierToken {
+  int layer = 0;
+  int64_t sample = 0;    // index of the sequence (order of the calls / samples)
+  int64_t position = 0;  // absolute position in the sequence
+  int32_t token_id = 0;
+  float token_max = 0;   // M_t at down_in of `layer`
+  float median = 0;      // median of that sequence's M at down_in of `layer`
+  double ratio = 0;      // token_max / median
+  std::string text;      // the token's text when a tokenizer was given, else ""
+};
+
+struct OutlierTokenCount {
+  int32_t token_id = 0;
+  int64_t occurrences = 0;  // outlier hits over all (layer, sample, position)
+  int64_t non_initial = 0;  // of those, hits at positions != 0: what PrefixQuant's reference code
+                            // counts to choose the prefix tokens
+  int64_t positions = 0;    // distinct (sample, position) that are outliers in at least one layer
+  std::string text;
+};
+
+struct OutlierStats {
+  double eta = 64.0;
+  int64_t sequences = 0;
+  std::vector<OutlierToken> tokens;       // every hit, ordered by (layer, sample, position)
+  std::vector<int64_t> count;             // [layer] hits
+  std::vector<double> mean_count;         // [layer] hits per sequence (PrefixQuant's O)
+  std::vector<OutlierTokenCount> counts;  // per token id, by non_initial, occurrences (descending),
+                                          // then token id (ascending)
+
+  // o = ⌈max over layers of mean_count⌉, in exact integer arithmetic; 0 when nothing was seen.
+  int outlier_number() const;
+  // The (at most) `o` token ids with the most non-initial hits (ties: more occurrences, then the
+  // smaller id); ids with no non-initial hit are never returned.
+  std::vector<int32_t> frequent_tokens(int o) const;
+};
+
+// Collects OutlierStats from the down_in site of every layer of `fwd` while it runs (hooks are
+// added in the constructor and removed in the destructor; `fwd` must outlive the finder). A
+// sequence may arrive in several step() calls (chunks); call end_sequence() after each one.
+class OutlierFinder {
+ public:
+  OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok = nullptr);
+  ~OutlierFinder();
+  OutlierFinder(const OutlierFinder&) = delete;
+  OutlierFinder& operator=(const OutlierFinder&) = delete;
+
+  void end_sequence();
+  const OutlierStats& stats() const { return stats_; }  // complete after the last end_sequence()
+
+ private:
+  Forward& fwd_;
+  const Tokenizer* tok_;
+  int handle_ = 0;
+  OutlierStats stats_;
+  // Current sequence, per layer: (position, token id, M) of each token seen so far.
+  struct Row {
+    int64_t position;
+    int32_t token_id;
+    float max;
+  };
+  std::vector<std::vector<Row>> rows_;
+};
+
+// Runs every sample through `fwd` (reset before each, one step() per sample) and returns the
+// outlier tokens. Samples must fit fwd.max_ctx(). progress(done, total) after each sample.
+OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
+                                 const Tokenizer* tok = nullptr,
+                                 const std::function<void(int64_t, int64_t)>& progress = {});
+
+// ---- the whole analysis ---------------------------------------------------------------------
+
+struct AnalyzeOptions {
+  double eta = 64.0;                                     // outlier threshold, > 0
+  int bits = 4;                                          // kernel statistics, 2..8
+  std::vector<float> alphas = {0.15f, 0.45f, 0.75f, 1.0f};  // CrossQuant α values, each in [0, 1]
+  const Tokenizer* tokenizer = nullptr;                  // token texts (optional)
+  std::function<void(int64_t, int64_t)> progress;        // (samples done, total)
+};
+void validate(const AnalyzeOptions& o);  // throws sinkq::Error naming "eta" / "bits" / "alpha"
+
+struct AttentionStats {
+  std::vector<double> to_first;   // [heads] mean p(key 0) over queries at positions >= 1
+  std::vector<double> to_first4;  // [heads] mean p(keys 0..3) over queries at positions >= 4
+  int64_t queries = 0;            // per head, for to_first (sample × position pairs)
+  int64_t queries4 = 0;           // per head, for to_first4
+  double mean_to_first() const;   // over heads
+  double max_to_first() const;
+};
+
+struct KernelStats {
+  quant::KernelCount per_token;
+  std::vector<quant::KernelCount> crossquant;  // [alphas]
+};
+
+struct LayerReport {
+  std::array<TokenMaxStats, kAnalyzedSites.size()> sites;  // kAnalyzedSites order
+  AttentionStats attention;
+  std::array<KernelStats, kLinearInputSites.size()> kernel;  // kLinearInputSites order
+  const TokenMaxStats& site(Site s) const;  // s must be in kAnalyzedSites
+};
+
+struct AnalyzeReport {
+  double eta = 64.0;
+  int bits = 4;
+  std::vector<float> alphas;
+  int64_t samples = 0, len = 0;  // len: the longest sample
+  int layers = 0, heads = 0, kv_heads = 0, head_dim = 0, sliding_window = 0;
+  std::vector<LayerReport> layer;  // [layers]
+  OutlierStats outliers;
+};
+
+// Runs every sample (reset before each; one Forward call per sample, so CrossQuant's per-call
+// column maxima are the whole sequence's) and collects the report. Samples must be non-empty and
+// no longer than the model's max_position_embeddings.
+AnalyzeReport analyze(std::shared_ptr<const Model> model, const std::vector<std::vector<int32_t>>& samples,
+                      const AnalyzeOptions& opt);
+
+// The whole report as JSON (non-finite numbers as null).
+nlohmann::json to_json(const AnalyzeReport& r);
+// A readable text summary (several tables; ends with a newline).
+std::string to_text(const AnalyzeReport& r);
+// Plots: file name -> SVG document. token_max_<site>.svg (per layer top-1/median/min-1 bars on a
+// log scale, one per site), attention_token0.svg (layer × head heatmap), kernel_<site>.svg (per
+// layer: per-token vs each α).
+std::vector<std::pair<std::string, std::string>> report_svgs(const AnalyzeReport& r);
+
+// Writes report.json (= `report`) and report_svgs(r) into a new directory `dir`, atomically: all
+// files go into a temporary directory beside it that is then renamed onto `dir`. `dir` must not
+// exist or be an empty directory (sinkq::Error otherwise, naming it); on any failure nothing is
+// left behind.
+void write_report_dir(const AnalyzeReport& r, const nlohmann::json& report, const std::string& dir);
+// The check write_report_dir starts with, for failing before any work is done.
+void check_output_dir(const std::string& dir);
+
+}  // namespace sinkq

@@ -1,0 +1,81 @@
+// sinkq/eval/prefix.h — which tokens go into the full-precision KV prefix (model/kv_prefix.h).
+//
+// --prefix values (parse_prefix_spec):
+//   bos            [BOS] alone: IntactKV[B]
+//   auto           PrefixQuant §5.1 on calibration samples (find_prefix below)
+//   ids:1,29889    explicit token ids
+//   system:TEXT    a system prompt rendered through the model's chat template: IntactKV[P]
+//   text:TEXT      literal text, tokenized with the tokenizer's own BOS in front (when it adds one)
+//   anything else  the same as text:
+//
+// PrefixQuant §5.1, as implemented (find_prefix); decisions where the paper is open:
+//   * Outlier token (eq. 3): at down_in of each layer, token-wise max / median of the sequence's
+//     token-wise maxima > η (default 64). Counted per layer, per sequence (eval/analyze.h).
+//   * o = ⌈max over layers of the mean outlier count per sequence⌉. The count includes the initial
+//     token when it is an outlier, so o is the total prefix length: Table 1 lists Llama-2-7B as
+//     3 tokens ".", "\n", [BOS] and Llama-3-8B as 1 ([BOS], its outliers sit only at the initial
+//     token), which is o = 3 and o = 1 with the initial token counted.
+//   * Content: the (o − 1) token ids with the most outlier hits at non-initial positions (the
+//     paper's footnote: frequencies ignore the initial token), most frequent first, then [BOS]
+//     last (Table 1 and Fig. 4c write the prefix as ".\n[BOS]"). Only [BOS] when every outlier
+//     sits at the initial token, or o ≤ 1.
+//   * No outlier at all (o = 0): the prefix is [BOS] anyway — the initial token is where a sink
+//     forms in every model the paper studies, and a [BOS] prefix costs one KV row; the report says
+//     that no outlier was found.
+//   * A model without BOS: the (o) most frequent non-initial outlier tokens, without [BOS]; if
+//     there are none, the most frequent outlier token at the initial position (any token there is
+//     a sink). Nothing found at all → sinkq::Error: there is nothing to prefix.
+//   * Calibration samples start with [BOS] (eval/calib_data.h), as inference does. With the prefix
+//     in place, the body must not start with a second [BOS]: it would become an outlier token again
+//     (a new initial-like sink inside the body). The prefix protocol (eval/ppl.h) feeds text
+//     without BOS, and generate() encodes the prompt without BOS when the prefix has one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/analyze.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq {
+
+struct PrefixSpec {
+  enum class Kind { Bos, Auto, Ids, System, Text };
+  Kind kind = Kind::Bos;
+  std::string text;           // System / Text
+  std::vector<int32_t> ids;   // Ids
+  std::string spec;           // the value as given
+};
+// Throws sinkq::Error naming --prefix for an empty value, or bad ids.
+PrefixSpec parse_prefix_spec(std::string_view value);
+
+// The tokens of a non-Auto spec. ids are checked against the vocabulary; system: needs a chat
+// template with a system role that render_system_prompt knows.
+std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok, const std::string& model_dir);
+
+// The system part of a chat: the text before the first user turn, rendered as the template of
+// `model_dir`/tokenizer_config.json does it. Recognized families (by their markers; a Jinja
+// interpreter is out of scope): Llama-2 (<<SYS>>), Llama-3 (<|start_header_id|>), ChatML / Qwen2
+// (<|im_start|>). Anything else, or no chat template: sinkq::Error saying so and suggesting
+// --prefix text:... with the prompt written out. Special tokens in the result are parsed.
+std::string render_system_prompt(const std::string& model_dir, std::string_view system);
+
+struct FoundPrefix {
+  std::vector<int32_t> tokens;
+  int o = 0;                      // ⌈max_l mean count_l⌉
+  bool initial_only = false;      // every outlier hit sits at position 0
+  OutlierStats stats;
+  nlohmann::json to_json(const Tokenizer* tok) const;
+};
+// PrefixQuant §5.1 on `samples` run through `fwd` (the full-precision model the body will run on;
+// no quantization hooks). See the decisions above.
+FoundPrefix find_prefix(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta, int bos_id,
+                        const Tokenizer* tok = nullptr, const std::function<void(int64_t, int64_t)>& progress = {});
+
+}  // namespace sinkq

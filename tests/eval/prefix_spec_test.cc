@@ -1,0 +1,63 @@
+// tests/eval/prefix_spec_test.cc — --prefix values and system prompts (eval/prefix.h).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "eval/prefix.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+using testing::error_of;
+
+TEST(PrefixSpec, ParsesEveryForm) {
+  EXPECT_EQ(parse_prefix_spec("bos").kind, PrefixSpec::Kind::Bos);
+  EXPECT_EQ(parse_prefix_spec("auto").kind, PrefixSpec::Kind::Auto);
+  const PrefixSpec ids = parse_prefix_spec("ids:1,13,29889");
+  EXPECT_EQ(ids.kind, PrefixSpec::Kind::Ids);
+  EXPECT_EQ(ids.ids, (std::vector<int32_t>{1, 13, 29889}));
+  const PrefixSpec sys = parse_prefix_spec("system:You are helpful.");
+  EXPECT_EQ(sys.kind, PrefixSpec::Kind::System);
+  EXPECT_EQ(sys.text, "You are helpful.");
+  EXPECT_EQ(parse_prefix_spec("text:A: b").text, "A: b");
+  EXPECT_EQ(parse_prefix_spec("Hello there").kind, PrefixSpec::Kind::Text);
+  EXPECT_EQ(parse_prefix_spec("Hello there").text, "Hello there");
+  for (const char* bad : {"", "ids:", "ids:1,x", "ids:-3", "system:", "text:"})
+    EXPECT_NE(error_of([&] { parse_prefix_spec(bad); }).find("--prefix"), std::string::npos) << bad;
+}
+
+TEST(PrefixSpec, TokensOfEachKind) {
+  const std::string dir = testing::shared_dir() + "/models/stories260K";
+  const auto tok = Tokenizer::load(dir);
+  EXPECT_EQ(prefix_tokens(parse_prefix_spec("bos"), *tok, dir), (std::vector<int32_t>{1}));
+  EXPECT_EQ(prefix_tokens(parse_prefix_spec("ids:1,13"), *tok, dir), (std::vector<int32_t>{1, 13}));
+  EXPECT_NE(error_of([&] { prefix_tokens(parse_prefix_spec("ids:1,512"), *tok, dir); }).find("vocabulary"),
+            std::string::npos);
+  const auto text = prefix_tokens(parse_prefix_spec("text:Once upon a time"), *tok, dir);
+  ASSERT_GT(text.size(), 1u);
+  EXPECT_EQ(text[0], 1);  // the tokenizer's own BOS (add_bos_token true)
+  // stories260K has no chat template: system: says so and points at text:.
+  EXPECT_NE(error_of([&] { prefix_tokens(parse_prefix_spec("system:Be nice."), *tok, dir); }).find("text:"),
+            std::string::npos);
+}
+
+TEST(PrefixSpec, RendersTheSystemTurnOfKnownTemplates) {
+  testing::TempDir d;
+  auto write_template = [&](const std::string& tpl) {
+    std::ofstream(d.file("tokenizer_config.json")) << nlohmann::json{{"chat_template", tpl}}.dump();
+  };
+  write_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+  EXPECT_EQ(render_system_prompt(d.path(), "Be brief."), "<|im_start|>system\nBe brief.<|im_end|>\n");
+  write_template("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>...");
+  EXPECT_EQ(render_system_prompt(d.path(), "Be brief."),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>");
+  write_template("{% if messages[0]['role'] == 'system' %}<<SYS>>\n{% endif %}[INST] ...");
+  EXPECT_EQ(render_system_prompt(d.path(), "Be brief."), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n");
+  write_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");  // Mistral: no system role
+  EXPECT_NE(error_of([&] { render_system_prompt(d.path(), "x"); }).find("not one sinkq can render"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sinkq

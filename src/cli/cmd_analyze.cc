@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "eval/analyze.h"
 #include "eval/calib_data.h"
+#include "eval/prefix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
@@ -50,7 +51,7 @@ std::vector<float> parse_alphas(const std::string& list) {
 
 void register_analyze(CLI::App& app) {
   struct Opts : CommonFlags {
-    std::string data, out, alpha = "0.15,0.45,0.75,1.0";
+    std::string data, out, prefix, alpha = "0.15,0.45,0.75,1.0";
     int64_t samples = 8, len = 0;
     uint64_t seed = 0;
     double eta = 64.0;
@@ -72,6 +73,9 @@ void register_analyze(CLI::App& app) {
   cmd->add_option("--bits", o->bits, "Bits of the quantization-kernel statistics (2..8)")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "CrossQuant alpha values, comma-separated, each in [0, 1]")
       ->capture_default_str();
+  cmd->add_option("--prefix", o->prefix,
+                  "Full-precision KV prefix in front of every sample: bos | auto (PrefixQuant §5.1 on the same "
+                  "samples) | ids:1,2 | text:TEXT | system:TEXT; samples then carry no [BOS] of their own");
   cmd->add_option("--out", o->out,
                   "Also write report.json and SVG plots into this new (or empty) directory, atomically");
   add_output_flags(*cmd, *o);
@@ -117,10 +121,34 @@ void register_analyze(CLI::App& app) {
 
     opt.tokenizer = tok.get();
     opt.progress = [](int64_t done, int64_t total) { progress("analyze: sample", done, total); };
+    nlohmann::json prefix_json;
+    if (!o->prefix.empty()) {
+      const PrefixSpec spec = parse_prefix_spec(o->prefix);
+      std::vector<int32_t> ptoks;
+      if (spec.kind == PrefixSpec::Kind::Auto) {
+        Forward finder(model, len);
+        const FoundPrefix f = find_prefix(finder, calib.samples, o->eta, tok->bos_id(), tok.get(), opt.progress);
+        ptoks = f.tokens;
+        prefix_json = f.to_json(tok.get());
+      } else {
+        ptoks = prefix_tokens(spec, *tok, o->model);
+      }
+      SINKQ_CHECK(int64_t(ptoks.size()) + len <= max_pos,
+                  "--prefix of {} tokens + --len {} exceeds the model's max_position_embeddings ({})", ptoks.size(),
+                  len, max_pos);
+      opt.prefix = KvPrefix::compute(model, ptoks);
+      // The body carries no [BOS] of its own: the prefix holds the sequence start (eval/prefix.h).
+      for (auto& s : calib.samples)
+        if (!s.empty() && s[0] == tok->bos_id() && calib.bos) s.erase(s.begin());
+      std::string texts;
+      for (int32_t id : ptoks) texts += fmt::format("{}{:?}", texts.empty() ? "" : " ", tok->token_text(id));
+      std::fprintf(stderr, "analyze: KV prefix of %zu tokens: %s\n", ptoks.size(), texts.c_str());
+    }
     const AnalyzeReport r = analyze(model, calib.samples, opt);
 
     nlohmann::json j = to_json(r);
     j["model_dir"] = o->model;
+    if (!prefix_json.is_null()) j["prefix_found"] = prefix_json;
     j["data"] = {{"file", calib.file},         {"format", calib.format}, {"documents", calib.documents},
                  {"eligible", calib.eligible}, {"seed", o->seed},        {"bos", calib.bos}};
     if (!o->out.empty()) {

@@ -283,6 +283,11 @@ class Observers {
     std::vector<float>& K = k_rows_[size_t(v.layer)];
     const std::vector<float>& Q = q_buf_[size_t(v.layer)];
     SINKQ_ASSERT(v.features == KV && int64_t(Q.size()) == v.tokens * QD);
+    if (const auto& pre = fwd_.prefix()) {  // the prefix rows: absolute positions 0..P-1
+      const KvSegment seg = pre->segment(v.layer);
+      if (K.size() < size_t(seg.rows * KV)) K.resize(size_t(seg.rows * KV));
+      std::copy(seg.k, seg.k + seg.rows * KV, K.begin());
+    }
     for (int64_t t = 0; t < v.tokens; ++t) {
       const size_t p = size_t(v.positions[size_t(t)]);
       if (K.size() < (p + 1) * size_t(KV)) K.resize((p + 1) * size_t(KV));
@@ -373,12 +378,14 @@ AnalyzeReport analyze(std::shared_ptr<const Model> model, const std::vector<std:
 
   // One call per sample: max_batch = the longest sample.
   Forward fwd(model, len, len);
+  if (opt.prefix) fwd.set_prefix(opt.prefix);  // checks the shape and prefix + len <= max positions
   AnalyzeReport r;
   r.eta = opt.eta;
   r.bits = opt.bits;
   r.alphas = opt.alphas;
   r.samples = int64_t(samples.size());
   r.len = len;
+  if (opt.prefix) r.prefix = opt.prefix->tokens();
   r.layers = c.num_layers;
   r.heads = c.num_heads;
   r.kv_heads = c.num_kv_heads;
@@ -439,6 +446,7 @@ json to_json(const AnalyzeReport& r) {
   j["alphas"] = alphas;
   j["samples"] = r.samples;
   j["len"] = r.len;
+  j["prefix"] = r.prefix;
   j["model"] = {{"layers", r.layers},     {"heads", r.heads},
                 {"kv_heads", r.kv_heads}, {"head_dim", r.head_dim},
                 {"sliding_window", r.sliding_window}};

@@ -154,6 +154,11 @@ struct AnalyzeOptions {
   int bits = 4;                                          // kernel statistics, 2..8
   std::vector<float> alphas = {0.15f, 0.45f, 0.75f, 1.0f};  // CrossQuant α values, each in [0, 1]
   const Tokenizer* tokenizer = nullptr;                  // token texts (optional)
+  // A full-precision KV prefix in front of every sample (PrefixQuant / IntactKV; kv_prefix.h), or
+  // none. Statistics then cover the body only (the prefix is not recomputed, so no site sees it);
+  // attention probabilities include the prefix keys, and "first tokens" are absolute positions,
+  // i.e. the prefix: how much attention the prefix absorbs.
+  std::shared_ptr<const KvPrefix> prefix;
   std::function<void(int64_t, int64_t)> progress;        // (samples done, total)
 };
 void validate(const AnalyzeOptions& o);  // throws sinkq::Error naming "eta" / "bits" / "alpha"
@@ -184,6 +189,7 @@ struct AnalyzeReport {
   int bits = 4;
   std::vector<float> alphas;
   int64_t samples = 0, len = 0;  // len: the longest sample
+  std::vector<int32_t> prefix;   // the KV prefix's tokens (empty: none)
   int layers = 0, heads = 0, kv_heads = 0, head_dim = 0, sliding_window = 0;
   std::vector<LayerReport> layer;  // [layers]
   OutlierStats outliers;

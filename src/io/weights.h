@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,19 @@ struct Mat {
   bool empty() const { return data == nullptr; }
 };
 
+// A linear layer's computation when it is not the fp32 matmul of its Mat: the packed low-bit
+// kernels (src/runtime/packed_linear.h) plug in here without the model depending on them.
+// apply() has exactly matmul's contract (kernels/ops.h): y[T, out] = x[T, in] · Wᵀ (+ bias[out]
+// when bias is non-null), x and y row-major, y not aliasing x. The caller passes the layer's own
+// bias (LayerWeights::bq/bk/bv, or nullptr), so the bias is never stored twice and the
+// implementation applies it (the lowbit GEMM fuses it into its dequantization). apply() is const
+// and must be safe to call from several threads at once (one Model, many Forwards).
+struct LinearImpl {
+  virtual ~LinearImpl() = default;
+  virtual void apply(const float* x, int64_t T, const float* bias, float* y) const = 0;
+  virtual std::string describe() const = 0;  // one line, e.g. "w4_g128 x a8_per_token"
+};
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [hidden]
   Mat wq, wk, wv, wo;                // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
@@ -32,6 +46,12 @@ struct LayerWeights {
   const float* bv = nullptr;         // [kv_dim]
   const float* mlp_norm = nullptr;   // [hidden]
   Mat w_gate, w_up, w_down;          // [inter, hidden] x2, [hidden, inter]
+  // Optional replacements of the seven linears above (null = the fp32 matmul of the Mat, the
+  // default). When set, Forward runs impl->apply(x, T, bias, y) for that layer; the Mat then
+  // still describes the source matrix (shape, name) but its data is not read by the forward pass.
+  struct Impls {
+    std::shared_ptr<const LinearImpl> q, k, v, o, gate, up, down;
+  } impl;
 };
 
 struct ModelWeights {

@@ -56,6 +56,11 @@ inline void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// One linear layer: its LinearImpl (LayerWeights::impl, e.g. packed low-bit) when set, else matmul.
+inline void linear(const float* x, int64_t T, const Mat& w, const LinearImpl* impl, const float* bias, float* y) {
+  if (impl) impl->apply(x, T, bias, y); else matmul(x, T, w, bias, y);
+}
+
 }  // namespace
 
 std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
@@ -276,9 +281,9 @@ void Forward::layer(int l, int64_t T) {
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
   site(Site::AttnIn, l, xn, T, H);
-  matmul(xn, T, w.wq, w.bq, q_.data());
-  matmul(xn, T, w.wk, w.bk, k);
-  matmul(xn, T, w.wv, w.bv, v);
+  linear(xn, T, w.wq, w.impl.q.get(), w.bq, q_.data());
+  linear(xn, T, w.wk, w.impl.k.get(), w.bk, k);
+  linear(xn, T, w.wv, w.impl.v.get(), w.bv, v);
   site(Site::KPreRope, l, k, T, KV);
   rope_apply(model_->rope(), q_.data(), T, c.num_heads, pos);
   rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
@@ -288,17 +293,17 @@ void Forward::layer(int l, int64_t T) {
   const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
   attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());
   site(Site::OIn, l, att_.data(), T, c.q_dim());
-  matmul(att_.data(), T, w.wo, nullptr, tmp_.data());
+  linear(att_.data(), T, w.wo, w.impl.o.get(), nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);
 
   // MLP block (SwiGLU).
   rmsnorm(x, w.mlp_norm, xn, T, H, c.rms_norm_eps);
   site(Site::MlpIn, l, xn, T, H);
-  matmul(xn, T, w.w_gate, nullptr, gate_.data());
-  matmul(xn, T, w.w_up, nullptr, up_.data());
+  linear(xn, T, w.w_gate, w.impl.gate.get(), nullptr, gate_.data());
+  linear(xn, T, w.w_up, w.impl.up.get(), nullptr, up_.data());
   silu_mul(gate_.data(), up_.data(), T, I);
   site(Site::DownIn, l, gate_.data(), T, I);
-  matmul(gate_.data(), T, w.w_down, nullptr, tmp_.data());
+  linear(gate_.data(), T, w.w_down, w.impl.down.get(), nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);
   site(Site::Out, l, x, T, H);
 }

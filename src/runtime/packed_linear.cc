@@ -1,0 +1,292 @@
+#include "runtime/packed_linear.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <exception>
+#include <utility>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace sinkq::runtime {
+
+namespace {
+
+using lowbit::PackedFormat;
+using lowbit::PackedTensor;
+
+// The weight format with these properties (group 0 = one scale per output channel), or nullptr.
+const lowbit::FormatTraits* find_weight_format(int bits, bool symmetric, int group) {
+  for (const lowbit::FormatTraits& t : lowbit::kFormats)
+    if (t.role == lowbit::Role::Weight && t.bits == bits && t.symmetric == symmetric && t.group == group)
+      return &t;
+  return nullptr;
+}
+
+// The format of a block of `width` columns with one scale (and zero point) per row. Asymmetric
+// int4 has no per-row format; one group spanning the row has the same params, so w4_g{width}_asym
+// stores it when such a group size exists.
+PackedFormat per_row_format(const WeightScheme& ws, int64_t width, const std::string& name, int64_t col0,
+                            int64_t cols) {
+  const lowbit::FormatTraits* t = find_weight_format(ws.bits, ws.symmetric, 0);
+  if (!t && width <= 128) t = find_weight_format(ws.bits, ws.symmetric, int(width));
+  if (!t)
+    fail("{} [in = {}]: columns {}..{} form one asymmetric int4 group of {} columns per row (as the simulator "
+         "quantizes them), which no packed format stores (asymmetric int4 groups are 32, 64 or 128 columns); "
+         "use symmetric weights or a group that divides {}",
+         name, cols, col0, col0 + width - 1, width, cols);
+  return t->format;
+}
+
+// x[:, c0 : c0 + n] of an activation tensor (same scales); c0 even for 4-bit codes.
+void slice_columns(const PackedTensor& x, int64_t c0, int64_t n, PackedTensor& out) {
+  const lowbit::FormatTraits& t = x.info();
+  SINKQ_ASSERT(c0 >= 0 && n > 0 && c0 + n <= x.cols && (t.bits == 8 || c0 % 2 == 0));
+  out.format = x.format;
+  out.rows = x.rows;
+  out.cols = n;
+  out.scales = x.scales;
+  out.zeros.clear();
+  const int64_t src_rb = lowbit::row_bytes(t, x.cols), rb = lowbit::row_bytes(t, n);
+  const int64_t b0 = t.bits == 8 ? c0 : c0 / 2;
+  out.codes.resize(size_t(x.rows * rb));
+  for (int64_t i = 0; i < x.rows; ++i) {
+    const uint8_t* src = x.codes.data() + i * src_rb + b0;
+    uint8_t* dst = out.codes.data() + i * rb;
+    std::copy(src, src + rb, dst);
+    if (t.bits == 4 && n % 2 == 1) dst[rb - 1] &= 0x0F;  // the layout's zero high nibble of an odd row
+  }
+}
+
+std::string sym_name(bool s) { return s ? "sym" : "asym"; }
+
+}  // namespace
+
+void RuntimeConfig::validate() const {
+  SINKQ_CHECK(w.bits == 8 || w.bits == 4,
+              "{}-bit weights cannot run: the lowbit kernels have int8 and int4 weight formats only", w.bits);
+  SINKQ_CHECK(w.clip > 0.0f && w.clip <= 1.0f, "weight clip ratio {} is outside (0, 1]", w.clip);
+  if (w.bits == 8) {
+    SINKQ_CHECK(w.group == 0,
+                "int8 weights in groups of {} columns cannot run: int8 weights are per output channel only "
+                "(w8_per_row)", w.group);
+    SINKQ_CHECK(w.symmetric, "asymmetric int8 weights cannot run: w8_per_row is symmetric");
+  } else {
+    SINKQ_CHECK(w.group == 0 || w.group == 32 || w.group == 64 || w.group == 128,
+                "int4 weights in groups of {} columns cannot run: int4 groups are 32, 64 or 128 columns "
+                "(or 0: per output channel)", w.group);
+    SINKQ_CHECK(w.group != 0 || w.symmetric,
+                "asymmetric per-channel int4 weights cannot run: asymmetric int4 formats are per group only "
+                "(w4_g32_asym, w4_g64_asym, w4_g128_asym)");
+  }
+  SINKQ_CHECK(a.bits != 16,
+              "weight-only quantization (W{}A16, fp32 activations) cannot run: the lowbit kernels multiply int8 / "
+              "int4 activation codes; quantize activations to 8 or 4 bits, or use the simulator", w.bits);
+  SINKQ_CHECK(a.bits == 8 || a.bits == 4,
+              "{}-bit activations cannot run: the lowbit kernels take int8 or int4 activations", a.bits);
+  SINKQ_CHECK(a.symmetric,
+              "asymmetric activations cannot run: the lowbit kernels take symmetric activation codes only "
+              "(x̂ = s·c, no activation zero point in the integer GEMM)");
+  if (a.mode == ActMode::Dynamic)
+    SINKQ_CHECK(a.scales.empty(), "{} static activation scales were given for dynamic per-token activations",
+                a.scales.size());
+  else
+    SINKQ_CHECK(!a.scales.empty(),
+                "static per-tensor activations need calibrated scales: one per layer and site (attn_in, o_in, "
+                "mlp_in, down_in)");
+}
+
+std::string RuntimeConfig::describe() const {
+  const std::string wg = w.group == 0 ? "per-channel" : fmt::format("g{}", w.group);
+  std::string s = fmt::format("W{} {} {}", w.bits, wg, sym_name(w.symmetric));
+  if (w.clip != 1.0f) s += fmt::format(" clip={}", w.clip);
+  s += fmt::format(" | A{} {} {}", a.bits, a.mode == ActMode::Dynamic ? "dynamic per-token" : "static per-tensor",
+                   sym_name(a.symmetric));
+  return s;
+}
+
+PackedFormat activation_format(const ActScheme& a) {
+  RuntimeConfig c;
+  c.a = a;
+  c.validate();
+  const bool dyn = a.mode == ActMode::Dynamic;
+  if (a.bits == 8) return dyn ? PackedFormat::A8_PerToken : PackedFormat::A8_PerTensor;
+  return dyn ? PackedFormat::A4_PerToken : PackedFormat::A4_PerTensor;
+}
+
+PackedLinear::PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
+                           PackedFormat act, quant::Params static_params)
+    : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
+  RuntimeConfig check;
+  check.w = ws;
+  check.validate();
+  const lowbit::FormatTraits& at = lowbit::traits(act);
+  SINKQ_CHECK(at.role == lowbit::Role::Activation, "{}: {} is not an activation format", name_, at.name);
+  SINKQ_CHECK(rows > 0 && cols > 0, "{}: empty weight matrix [{}, {}]", name_, rows, cols);
+  SINKQ_CHECK(cols <= lowbit::kMaxCols, "{}: {} input columns exceed the integer GEMM's limit of {}", name_, cols,
+              lowbit::kMaxCols);
+  if (at.granularity == quant::Granularity::PerTensor) {
+    const quant::Params& p = static_params;
+    SINKQ_CHECK(p.granularity == quant::Granularity::PerTensor && p.symmetric && p.bits == at.bits && p.prow == 1 &&
+                    p.pcol == 1 && p.cols() == cols && p.scale.size() == 1,
+                "{}: static activation params (int{} {} {}, {} columns) do not fit {} on {} columns (expected "
+                "int{} sym per_tensor)", name_, p.bits, sym_name(p.symmetric), quant::granularity_name(p.granularity),
+                p.cols(), at.name, cols, at.bits);
+    SINKQ_CHECK(p.scale[0] >= FLT_MIN && p.scale[0] <= FLT_MAX,
+                "{}: static activation scale {} is not a positive normal fp32", name_, p.scale[0]);
+    static_ = std::move(static_params);
+  }
+
+  // Column blocks, as the simulator's fake_quant_weight: [0, main) with the group format, and the
+  // ragged rest (or the whole row) with one scale per row.
+  const int64_t G = ws.group;
+  std::vector<std::pair<int64_t, int64_t>> spans;  // (col0, width)
+  std::vector<PackedFormat> fmts;
+  if (G <= 0 || G >= cols) {
+    spans.emplace_back(0, cols);
+    fmts.push_back(per_row_format(ws, cols, name_, 0, cols));
+  } else {
+    const PackedFormat gf = find_weight_format(ws.bits, ws.symmetric, int(G))->format;  // validated above
+    const int64_t main = cols / G * G;
+    spans.emplace_back(0, main);
+    fmts.push_back(gf);
+    if (main < cols) {
+      spans.emplace_back(main, cols - main);
+      fmts.push_back(per_row_format(ws, cols - main, name_, main, cols));
+    }
+  }
+  std::vector<float> buf;
+  for (size_t b = 0; b < spans.size(); ++b) {
+    const auto [c0, width] = spans[b];
+    const float* src = w;
+    if (width != cols) {
+      buf.resize(size_t(rows * width));
+      for (int64_t r = 0; r < rows; ++r) std::copy(w + r * cols + c0, w + r * cols + c0 + width, buf.data() + r * width);
+      src = buf.data();
+    }
+    const PackedTensor pt = lowbit::quantize(fmts[b], src, rows, width, ws.clip);
+    blocks_.push_back(Block{c0, width, lowbit::repack(pt)});
+  }
+}
+
+void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y) const {
+  if (T <= 0) return;
+  // Per-thread scratch (capacity reused): apply() may run on several threads at once.
+  static thread_local PackedTensor xq, part;
+  static thread_local std::vector<float> tmp;
+  if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
+    lowbit::quantize_static(act_, x, T, cols_, static_, xq);
+  else
+    lowbit::quantize_dynamic(act_, x, T, cols_, 1.0f, xq);
+  if (blocks_.size() == 1) {
+    lowbit::gemm(xq, blocks_[0].w, bias, y);
+    return;
+  }
+  // Ragged last group: y = gemm(main columns) + bias, then + gemm(tail columns), in this order.
+  slice_columns(xq, blocks_[0].col0, blocks_[0].cols, part);
+  lowbit::gemm(part, blocks_[0].w, bias, y);
+  tmp.resize(size_t(T * rows_));
+  for (size_t b = 1; b < blocks_.size(); ++b) {
+    slice_columns(xq, blocks_[b].col0, blocks_[b].cols, part);
+    lowbit::gemm(part, blocks_[b].w, nullptr, tmp.data());
+    for (size_t i = 0; i < tmp.size(); ++i) y[i] += tmp[i];
+  }
+}
+
+std::string PackedLinear::describe() const {
+  std::string w;
+  for (const Block& b : blocks_) {
+    if (!w.empty()) w += " + ";
+    w += std::string(lowbit::traits(b.w.format).name);
+    if (blocks_.size() > 1) w += fmt::format("[{}:{}]", b.col0, b.col0 + b.cols);
+  }
+  return fmt::format("{} [{}, {}]: {} x {}", name_, rows_, cols_, w, lowbit::traits(act_).name);
+}
+
+size_t PackedLinear::bytes() const {
+  size_t n = 0;
+  for (const Block& b : blocks_) n += b.w.bytes();
+  return n;
+}
+
+std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg) {
+  SINKQ_ASSERT(base != nullptr);
+  cfg.validate();
+  const PackedFormat act = activation_format(cfg.a);
+  const ModelWeights& src = base->weights();
+  const int L = int(src.layers.size());
+  for (int l = 0; l < L; ++l) {
+    const LayerWeights::Impls& im = src.layers[size_t(l)].impl;
+    SINKQ_CHECK(!im.q && !im.k && !im.v && !im.o && !im.gate && !im.up && !im.down,
+                "pack_model: layer {} already runs packed linears (pack the unpacked model)", l);
+  }
+
+  // The seven linears of a layer, their activation site, in forward order.
+  constexpr Site kSiteOf[7] = {Site::AttnIn, Site::AttnIn, Site::AttnIn, Site::OIn,
+                               Site::MlpIn,  Site::MlpIn,  Site::DownIn};
+  constexpr Site kActSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+  auto site_slot = [&](Site s) -> int {
+    for (int i = 0; i < 4; ++i)
+      if (kActSites[i] == s) return i;
+    return -1;
+  };
+  // Static scales: exactly one per (layer, site).
+  std::vector<const quant::Params*> table(size_t(L) * 4, nullptr);
+  if (cfg.a.mode == ActMode::Static) {
+    for (const StaticActScale& e : cfg.a.scales) {
+      const int slot = site_slot(e.site);
+      SINKQ_CHECK(slot >= 0, "static activation scale for site {}: only the linear inputs attn_in, o_in, mlp_in "
+                  "and down_in are quantized", site_name(e.site));
+      SINKQ_CHECK(e.layer >= 0 && e.layer < L, "static activation scale for layer {}: the model has {} layers",
+                  e.layer, L);
+      const quant::Params*& t = table[size_t(e.layer) * 4 + size_t(slot)];
+      SINKQ_CHECK(t == nullptr, "two static activation scales for layer {} site {}", e.layer, site_name(e.site));
+      t = &e.params;
+    }
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < 4; ++i)
+        SINKQ_CHECK(table[size_t(l) * 4 + size_t(i)] != nullptr,
+                    "static per-tensor activations: no calibrated scale for layer {} site {}", l,
+                    site_name(kActSites[i]));
+  }
+
+  ModelWeights w;  // empty store: every borrowed pointer points into `base`, kept alive
+  w.embed = src.embed;
+  w.lm_head = src.lm_head;
+  w.final_norm = src.final_norm;
+  w.layers = src.layers;
+  std::vector<std::shared_ptr<const LinearImpl>> packed(size_t(L) * 7);
+  std::vector<std::exception_ptr> errors(packed.size());  // the first matrix's error is reported
+  const int64_t jobs = int64_t(L) * 7;
+  // Matrices are independent: packed in parallel (the lowbit calls inside run single-threaded).
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+  for (int64_t j = 0; j < jobs; ++j) {
+    try {
+      const int l = int(j / 7), i = int(j % 7);
+      const LayerWeights& lw = src.layers[size_t(l)];
+      const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
+      const Mat& m = *mats[i];
+      std::vector<float> f32(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, f32.data(), f32.size());
+      const quant::Params* sp = table[size_t(l) * 4 + size_t(site_slot(kSiteOf[i]))];
+      packed[size_t(j)] = std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.w, act,
+                                                               sp ? *sp : quant::Params{});
+    } catch (...) {
+      errors[size_t(j)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (int l = 0; l < L; ++l) {
+    LayerWeights::Impls& im = w.layers[size_t(l)].impl;
+    std::shared_ptr<const LinearImpl>* slots[7] = {&im.q, &im.k, &im.v, &im.o, &im.gate, &im.up, &im.down};
+    for (int i = 0; i < 7; ++i) *slots[i] = packed[size_t(l) * 7 + size_t(i)];
+  }
+  return Model::with_weights(std::move(base), std::move(w));
+}
+
+}  // namespace sinkq::runtime

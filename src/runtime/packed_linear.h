@@ -1,0 +1,125 @@
+// sinkq/runtime/packed_linear.h — the real quantized linear layers of the forward pass: weights
+// packed once into the lowbit formats, activations quantized to int8 / int4 on every call, the
+// integer GEMM with fused dequantization and bias (lowbit/kernels.h).
+//
+// A packed model is the base model whose q/k/v/o/gate/up/down linears carry a PackedLinear in
+// LayerWeights::impl (io/weights.h); Forward then runs impl->apply instead of the fp32 matmul.
+// Embeddings, lm_head, norms, attention and the KV cache stay fp32 (as in the simulator, whose
+// KV quantization has no runtime counterpart yet). Site hooks still see the fp32 linear inputs.
+//
+// What a packed linear computes is exactly what the simulator computes (quant/sim.h: weights
+// fake-quantized by fake_quant_weight, activations fake-quantized at attn_in / o_in / mlp_in /
+// down_in) with the same quantizer (quant/quantizer.h): the same integer codes and scales; only
+// the fp32 summation order differs (the GEMM sums integer products exactly, the simulated matmul
+// sums fp32 products), see lowbit/kernels.h for the per-output bound.
+//
+// Weights follow the simulator's block rule (sim.h fake_quant_weight) for a matrix of `in` cols:
+//   group 0          one scale per output channel: w8_per_row / w4_per_row
+//   group G >= in    one group per row, i.e. per channel (as the simulator does)
+//   G divides in     w4_g{G}[_asym]
+//   otherwise        columns [0, G·⌊in/G⌋) as w4_g{G}[_asym], the ragged rest (in mod G columns)
+//                    as one more per-row block; y = y_main (+ bias) + y_tail, both from one
+//                    quantization of the activation row (per-token scales span all columns)
+// A per-row block of asymmetric int4 is stored as w4_g{width}_asym (the same params: one group
+// per row), so it can run only when its width is 32, 64 or 128.
+//
+// Anything the kernels cannot run is a sinkq::Error at pack time that says what and why: there is
+// never a fallback to fp32 or to simulation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/weights.h"
+#include "lowbit/formats.h"
+#include "lowbit/kernels.h"
+#include "model/model.h"
+#include "model/sites.h"
+#include "quant/quantizer.h"
+
+namespace sinkq::runtime {
+
+// Weight quantization (the simulator's WeightSim fields with the same meaning).
+struct WeightScheme {
+  int bits = 8;            // 8 (per output channel only) or 4
+  int group = 0;           // 0 = per output channel; 32, 64 or 128 input columns (4-bit only)
+  bool symmetric = true;   // false: 4-bit groups only (w4_g*_asym)
+  float clip = 1.0f;       // fixed clip ratio in (0, 1] of every scale (sim.h WeightSim::clip)
+};
+
+enum class ActMode : uint8_t {
+  Dynamic,  // per token: one scale per row from that row's abs-max, every call (a*_per_token)
+  Static,   // per tensor: one calibrated scale per (layer, site) for every token (a*_per_tensor)
+};
+
+// Calibrated per-tensor params of one activation site (attn_in, o_in, mlp_in or down_in) of one
+// layer: quant::Params of Granularity::PerTensor, symmetric, bits = ActScheme::bits, over the
+// site's feature count (e.g. from quant::Calibrator or build_sim's StaticQuant::params).
+struct StaticActScale {
+  int layer = 0;
+  Site site = Site::AttnIn;
+  quant::Params params;
+};
+
+struct ActScheme {
+  int bits = 8;            // 8 or 4 (16 = fp32 activations, weight-only: cannot run)
+  bool symmetric = true;   // must be true: the integer GEMM has no activation zero points
+  ActMode mode = ActMode::Dynamic;
+  std::vector<StaticActScale> scales;  // Static: one per (layer, site) of every layer
+};
+
+struct RuntimeConfig {
+  WeightScheme w;
+  ActScheme a;
+  // Throws sinkq::Error saying exactly what the lowbit kernels cannot run (per-model checks, such
+  // as the static scale table or ragged asymmetric groups, are made by pack_model).
+  void validate() const;
+  // e.g. "W4 g128 asym | A8 dynamic per-token"
+  std::string describe() const;
+};
+
+// The activation format of a scheme (a8/a4 per token or per tensor); validates it.
+lowbit::PackedFormat activation_format(const ActScheme& a);
+
+// One packed linear layer y = x̂ · ŵᵀ (+ bias). Immutable after construction; apply() is
+// thread-safe (per-thread scratch) and its result does not depend on the thread count or ISA.
+class PackedLinear final : public LinearImpl {
+ public:
+  struct Block {
+    int64_t col0 = 0, cols = 0;      // the input columns this block covers
+    lowbit::KernelWeights w;         // repacked for lowbit::gemm
+  };
+
+  // Packs w[rows, cols] (fp32, row-major [out, in]) under `ws`. act: an activation format;
+  // static_params: its calibrated per-tensor params for per-tensor formats (ignored otherwise).
+  // name: for messages (the HF tensor name).
+  PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
+               lowbit::PackedFormat act, quant::Params static_params = {});
+
+  void apply(const float* x, int64_t T, const float* bias, float* y) const override;
+  std::string describe() const override;
+
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  lowbit::PackedFormat activation() const { return act_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  size_t bytes() const;  // packed weight bytes (codes, scales, zeros)
+
+ private:
+  std::string name_;
+  int64_t rows_ = 0, cols_ = 0;
+  lowbit::PackedFormat act_;
+  quant::Params static_;      // per-tensor formats only
+  std::vector<Block> blocks_;  // 1, or 2 with a ragged last group
+};
+
+// The packed model: `base` with a PackedLinear on each of the seven linears of every layer
+// (LayerWeights::impl); everything else is shared with `base`, which the result keeps alive.
+// Static activations: cfg.a.scales must hold exactly one entry per (layer, site) for the sites
+// attn_in, o_in, mlp_in, down_in of every layer. Throws sinkq::Error (naming the matrix, layer or
+// site) for anything the kernels cannot run, or when `base` is already packed.
+std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg);
+
+}  // namespace sinkq::runtime

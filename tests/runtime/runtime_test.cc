@@ -1,0 +1,355 @@
+// The packed low-bit forward pass (src/runtime) against the simulator (src/quant/sim.h): the same
+// codes and scales, so the logits differ by fp32 summation order only; and every configuration the
+// lowbit kernels cannot run is an error that says so.
+#include "runtime/packed_linear.h"
+
+#include <gmock/gmock.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kernels/ops.h"
+#include "quant/sim.h"
+#include "util/testutil.h"
+
+namespace sinkq::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_of;
+
+std::shared_ptr<const Model> stories() {
+  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
+  return m;
+}
+std::shared_ptr<const Model> mixtext() {
+  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/mixtext-2.5M");
+  return m;
+}
+// Qwen2 with q/k/v biases; hidden 128 and intermediate 192 so that g128 has whole groups (q/k/v/o,
+// gate/up) and a ragged 64-column tail (down_proj), g64 and g32 divide everything.
+std::shared_ptr<const Model> tiny_qwen2() {
+  static const std::shared_ptr<const Model> m = [] {
+    static testing::TempDir dir;
+    testing::TinyModelSpec s;
+    s.architecture = "Qwen2ForCausalLM";
+    s.hidden = 128;
+    s.intermediate = 192;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.layers = 2;
+    s.qkv_bias = true;
+    s.init_scale = 0.15f;
+    s.link_tokenizer = false;
+    testing::write_tiny_model(dir.path(), s);
+    return Model::load(dir.path());
+  }();
+  return m;
+}
+
+struct NamedModel {
+  const char* name;
+  std::shared_ptr<const Model> (*get)();
+};
+const NamedModel kModels[] = {{"stories260K", stories}, {"mixtext-2.5M", mixtext}, {"tiny-qwen2", tiny_qwen2}};
+
+// A fixed prompt of ordinary token ids (vocab 512, BOS = 1).
+std::vector<int32_t> prompt(int n) {
+  std::vector<int32_t> t{1};
+  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37) % 500));
+  return t;
+}
+constexpr int kTokens = 48;
+
+std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
+  f.reset();
+  const auto l = f.step(toks, true);
+  return {l.begin(), l.end()};
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// max |a - b| / max |b|.
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0.0, m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return d / m;
+}
+
+// Comparing free-running forward passes is not a test of the kernels: an fp32 rounding difference
+// anywhere can move one activation across a rounding boundary of a later quantizer (one code step,
+// measured up to 2% of max |logit| with A8 and 25% with static A4 on these models). So the packed
+// model runs teacher-forced: a hook at attn_in / o_in / mlp_in / down_in of every layer replaces
+// its fp32 input by the simulator's fp32 input at that site (captured before the simulator's
+// quantization hook), so both quantize the same values to the same codes and only the fp32
+// rounding of the linears (≤ (γ_{K+1} + γ_{G+3})·Σ|x̂ŵ| per output, lowbit/kernels.h), of the
+// residual sums they feed and of attention over slightly different K/V remains.
+// Tolerance: 1e-5 · max |value|, for the logits and for every linear input the packed model
+// computes (compared before it is replaced). Measured: logits ≤ 3.3e-7, linear inputs ≤ 3.3e-6
+// (o_in of stories260K: the softmax amplifies the rounding of q·k) on every model, format and
+// activation mode; that is a few fp32 ulps, the per-linear worst case K·ε ≈ 512 · 6e-8 = 3e-5
+// not being approached (roundings are random in sign, ~√K·ε). A real mismatch moves them by far
+// more: a dropped q/k/v bias gives 0.16 at o_in (checked by mutation), a wrong scale, clip or group
+// a whole quantization step (> 1e-3).
+constexpr double kTol = 1e-5;
+
+// Registers on `sim` (before its quantization hooks) hooks that record every linear input, and on
+// `packed` hooks that replace its linear inputs by the recorded ones. One step of <= max_batch
+// tokens (one call per site and layer). Before replacing, a packed input is compared with the
+// recorded one (`worst`, relative to the site's max |value|): the forcing would otherwise hide
+// q/k/v (whose effect reaches only o_in) and gate/up (only down_in).
+struct Forcing {
+  std::map<std::pair<int, int>, std::vector<float>> inputs;
+  double worst = 0.0;
+  std::string worst_at;
+  void record(Forward& sim) {
+    for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn})
+      sim.hooks().add(s, -1, [this](SiteView& v) {
+        inputs[{v.layer, int(v.site)}].assign(v.data, v.data + v.tokens * v.features);
+      });
+  }
+  void force(Forward& packed) {
+    for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn})
+      packed.hooks().add(s, -1, [this](SiteView& v) {
+        const auto it = inputs.find({v.layer, int(v.site)});
+        ASSERT_NE(it, inputs.end());
+        ASSERT_EQ(it->second.size(), size_t(v.tokens * v.features));
+        const double d = rel_diff(std::vector<float>(v.data, v.data + v.tokens * v.features), it->second);
+        if (d > worst) {
+          worst = d;
+          worst_at = fmt::format("{} of layer {}", site_name(v.site), v.layer);
+        }
+        std::copy(it->second.begin(), it->second.end(), v.data);
+      });
+  }
+};
+
+struct Scheme {
+  const char* name;
+  int wbits, group;
+  bool wsym;
+  int abits;
+};
+const Scheme kSchemes[] = {
+    {"w8a8", 8, 0, true, 8},           {"w4a8", 4, 0, true, 8},
+    {"w4a8_g128", 4, 128, true, 8},    {"w4a8_g128_asym", 4, 128, false, 8},
+    {"w4a4", 4, 0, true, 4},           {"w4a4_g64", 4, 64, true, 4},
+    {"w8a4", 8, 0, true, 4},           {"w4a8_g32_asym", 4, 32, false, 8},
+};
+
+quant::SimConfig sim_config(const Scheme& s) {
+  quant::SimConfig c;
+  c.w.bits = s.wbits;
+  c.w.group = s.group;
+  c.w.symmetric = s.wsym;
+  c.a.bits = s.abits;
+  c.a.mode = quant::ActMode::Dynamic;
+  return c;
+}
+RuntimeConfig runtime_config(const Scheme& s) {
+  RuntimeConfig c;
+  c.w.bits = s.wbits;
+  c.w.group = s.group;
+  c.w.symmetric = s.wsym;
+  c.a.bits = s.abits;
+  c.a.mode = ActMode::Dynamic;
+  return c;
+}
+
+// Whether a model has a matrix whose ragged asymmetric tail no format stores (stories260K:
+// down_proj has 172 = 128 + 44 or 5·32 + 12 input columns).
+bool runnable(const NamedModel& m, const Scheme& s) {
+  return s.wsym || std::string(m.name) != "stories260K";
+}
+
+TEST(Runtime, DynamicMatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  for (const NamedModel& nm : kModels) {
+    for (const Scheme& s : kSchemes) {
+      SCOPED_TRACE(std::string(nm.name) + " " + s.name);
+      if (!runnable(nm, s)) {
+        EXPECT_THAT(error_of([&] { pack_model(nm.get(), runtime_config(s)); }),
+                    HasSubstr("which no packed format stores"));
+        continue;
+      }
+      const quant::SimConfig sc = sim_config(s);
+      Forward sim(quant::fake_quantize_weights(nm.get(), sc), kTokens);
+      Forcing forcing;
+      forcing.record(sim);
+      quant::attach(sim, sc);
+      const auto packed_model = pack_model(nm.get(), runtime_config(s));
+      Forward packed(packed_model, kTokens), free(packed_model, kTokens);
+      forcing.force(packed);
+      const auto want = logits_of(sim, toks);
+      const double d = rel_diff(logits_of(packed, toks), want);
+      std::printf("  %-13s %-15s dynamic  forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); "
+                  "free-running %.3g\n", nm.name, s.name, d, forcing.worst, forcing.worst_at.c_str(),
+                  rel_diff(logits_of(free, toks), want));
+      EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
+      EXPECT_LE(d, kTol);
+      // The packed layers did run: far from the full-precision model.
+      Forward fp(nm.get(), kTokens);
+      EXPECT_GT(rel_diff(logits_of(fp, toks), want), 100 * kTol);
+    }
+  }
+}
+
+// Static per-tensor activations: one scale per (layer, site) calibrated on the full-precision
+// model's site inputs with clip 0.8 (so some values clip), against the simulator's weights plus a
+// hook that applies the same Params with quant::fake_quant.
+struct Statics {
+  std::vector<StaticActScale> scales;
+  quant::QuantSpec spec;
+};
+Statics calibrate(const std::shared_ptr<const Model>& m, int bits, const std::vector<int32_t>& toks) {
+  Statics st;
+  st.spec.bits = bits;
+  st.spec.symmetric = true;
+  st.spec.granularity = quant::Granularity::PerTensor;
+  st.spec.clip_ratio = 0.8f;
+  std::map<std::pair<int, int>, quant::Calibrator> cal;
+  Forward f(m, int64_t(toks.size()));
+  for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn})
+    f.hooks().add(s, -1, [&](SiteView& v) {
+      auto it = cal.try_emplace({v.layer, int(v.site)}, st.spec).first;
+      it->second.observe(v.data, v.tokens, v.features);
+    });
+  f.step(toks, false);
+  for (const auto& [key, c] : cal) st.scales.push_back({key.first, Site(key.second), c.params()});
+  return st;
+}
+
+TEST(Runtime, StaticMatchesSimulatorHook) {
+  const auto toks = prompt(kTokens);
+  for (const NamedModel& nm : kModels) {
+    for (const Scheme& s : kSchemes) {
+      if (!runnable(nm, s)) continue;
+      SCOPED_TRACE(std::string(nm.name) + " " + s.name + " static");
+      const Statics st = calibrate(nm.get(), s.abits, prompt(kTokens / 2));
+      ASSERT_EQ(st.scales.size(), size_t(4 * nm.get()->config().num_layers));
+      quant::SimConfig sc = sim_config(s);
+      sc.a.bits = quant::kBitsOff;
+      Forward sim(quant::fake_quantize_weights(nm.get(), sc), kTokens);
+      Forcing forcing;
+      forcing.record(sim);
+      for (const StaticActScale& e : st.scales)
+        sim.hooks().add(e.site, e.layer, [&st, &e](SiteView& v) {
+          quant::fake_quant(st.spec, e.params, v.data, v.tokens, v.features);
+        });
+      RuntimeConfig rc = runtime_config(s);
+      rc.a.mode = ActMode::Static;
+      rc.a.scales = st.scales;
+      const auto packed_model = pack_model(nm.get(), rc);
+      Forward packed(packed_model, kTokens), free(packed_model, kTokens);
+      forcing.force(packed);
+      const auto want = logits_of(sim, toks);
+      const double d = rel_diff(logits_of(packed, toks), want);
+      std::printf("  %-13s %-15s static   forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); "
+                  "free-running %.3g\n", nm.name, s.name, d, forcing.worst, forcing.worst_at.c_str(),
+                  rel_diff(logits_of(free, toks), want));
+      EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
+      EXPECT_LE(d, kTol);
+    }
+  }
+}
+
+// The thread count does not change a bit of the packed logits (lowbit/kernels.h; the ISA paths of
+// the integer kernels agree bit for bit too, tests/lowbit, but the fp32 kernels around them don't).
+TEST(Runtime, IndependentOfThreadCount) {
+  const int threads0 = num_threads();
+  const auto toks = prompt(kTokens);
+  for (const Scheme& s : {kSchemes[3], kSchemes[5]}) {
+    SCOPED_TRACE(s.name);
+    auto m = pack_model(mixtext(), runtime_config(s));
+    Forward f(m, kTokens);
+    set_num_threads(1);
+    const auto one = logits_of(f, toks);
+    set_num_threads(2);
+    EXPECT_TRUE(bit_equal(logits_of(f, toks), one));
+    set_num_threads(threads0);
+  }
+}
+
+TEST(Runtime, PackedLinearsAndDescriptions) {
+  RuntimeConfig c = runtime_config(kSchemes[3]);  // w4 g128 asym, A8 dynamic
+  EXPECT_EQ(c.describe(), "W4 g128 asym | A8 dynamic per-token sym");
+  auto m = pack_model(mixtext(), c);
+  const LayerWeights& L = m->weights().layers[0];
+  ASSERT_TRUE(L.impl.q && L.impl.k && L.impl.v && L.impl.o && L.impl.gate && L.impl.up && L.impl.down);
+  // hidden 192 = one 128-group + a ragged 64-column tail (one asymmetric group per row).
+  EXPECT_EQ(L.impl.q->describe(),
+            "model.layers.0.self_attn.q_proj.weight [192, 192]: w4_g128_asym[0:128] + w4_g64_asym[128:192] x "
+            "a8_per_token");
+  EXPECT_EQ(L.impl.down->describe(), "model.layers.0.mlp.down_proj.weight [192, 512]: w4_g128_asym x a8_per_token");
+  // Sharing: embeddings / norms are the base model's.
+  EXPECT_EQ(m->weights().embed.data, mixtext()->weights().embed.data);
+  EXPECT_FALSE(mixtext()->weights().layers[0].impl.q);
+  // Packing a packed model is refused.
+  EXPECT_THAT(error_of([&] { pack_model(m, c); }), HasSubstr("already runs packed linears"));
+}
+
+TEST(Runtime, UnsupportedConfigsAreErrors) {
+  auto err = [](auto edit) {
+    RuntimeConfig c;
+    edit(c);
+    return error_of([&] { pack_model(stories(), c); });
+  };
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 4; c.a.bits = 16; }),
+              HasSubstr("weight-only quantization (W4A16, fp32 activations) cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.a.symmetric = false; }),
+              HasSubstr("asymmetric activations cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.a.bits = 6; }), HasSubstr("6-bit activations cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 3; }), HasSubstr("3-bit weights cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.group = 128; }),
+              HasSubstr("int8 weights in groups of 128 columns cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.symmetric = false; }), HasSubstr("asymmetric int8 weights cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 4; c.w.symmetric = false; }),
+              HasSubstr("asymmetric per-channel int4 weights cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 4; c.w.group = 96; }),
+              HasSubstr("int4 weights in groups of 96 columns cannot run"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.clip = 0.0f; }), HasSubstr("clip ratio 0 is outside (0, 1]"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.a.mode = ActMode::Static; }),
+              HasSubstr("static per-tensor activations need calibrated scales"));
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.a.scales.push_back({}); }),
+              HasSubstr("1 static activation scales were given for dynamic per-token activations"));
+  // stories260K down_proj: 172 = 128 + 44 columns; the 44-column asymmetric tail has no format.
+  EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 4; c.w.group = 128; c.w.symmetric = false; }),
+              HasSubstr("model.layers.0.mlp.down_proj.weight [in = 172]: columns 128..171 form one asymmetric "
+                        "int4 group of 44 columns"));
+
+  // Static tables: every (layer, site) exactly once, with fitting params.
+  const Statics st = calibrate(stories(), 8, prompt(8));
+  auto static_err = [&](auto edit) {
+    RuntimeConfig c;
+    c.a.mode = ActMode::Static;
+    c.a.scales = st.scales;
+    edit(c.a.scales);
+    return error_of([&] { pack_model(stories(), c); });
+  };
+  EXPECT_THAT(static_err([](auto& v) { v.pop_back(); }),
+              HasSubstr("static per-tensor activations: no calibrated scale for layer 4 site down_in"));
+  EXPECT_THAT(static_err([](auto& v) { v.push_back(v[0]); }), HasSubstr("two static activation scales for layer 0"));
+  EXPECT_THAT(static_err([](auto& v) { v[0].site = Site::K; }),
+              HasSubstr("static activation scale for site k: only the linear inputs"));
+  EXPECT_THAT(static_err([](auto& v) { v[0].layer = 9; }),
+              HasSubstr("static activation scale for layer 9: the model has 5 layers"));
+  EXPECT_THAT(static_err([](auto& v) {
+                for (auto& e : v) e.params.bits = 4;
+              }),
+              HasSubstr("static activation params (int4 sym per_tensor"));
+}
+
+}  // namespace
+}  // namespace sinkq::runtime

@@ -75,11 +75,12 @@ TEST(SimConfig, ErrorsNameTheFlag) {
   EXPECT_NE(error_of([] { parse_act_mode("minmax"); }).find("--a-quant"), std::string::npos);
   EXPECT_NE(error_of([] { parse_kv_granularity("channel"); }).find("--kv-gran"), std::string::npos);
   SimConfig c = SimConfig::from_preset("w8a8");
-  c.a.mode = parse_act_mode("static");  // parses; using it is the error
-  const std::string e = error_of([&] { c.validate(); });
-  EXPECT_NE(e.find("--a-quant"), std::string::npos) << e;
+  c.a.mode = parse_act_mode("static");  // a valid configuration; it needs calibration data
+  EXPECT_NO_THROW(c.validate());
+  const std::string e = error_of([&] { build_sim(stories(), c, {}); });
+  EXPECT_NE(e.find("--a-quant static"), std::string::npos) << e;
   EXPECT_NE(e.find("--calib"), std::string::npos) << e;
-  Forward f(stories(), 8);
+  Forward f(stories(), 8);  // the dynamic-only attach cannot place calibrated scales
   EXPECT_NE(error_of([&] { attach(f, c); }).find("--a-quant"), std::string::npos);
   c = SimConfig::from_preset("w8a8");
   c.a.alpha = 1.5f;

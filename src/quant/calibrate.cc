@@ -1,0 +1,453 @@
+#include "quant/calibrate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace sinkq::quant {
+
+using nlohmann::json;
+
+std::vector<int64_t> select_rows(int64_t total, int64_t max_rows) {
+  SINKQ_ASSERT(total >= 0 && max_rows >= 1);
+  std::vector<int64_t> rows;
+  if (total <= max_rows) {
+    for (int64_t i = 0; i < total; ++i) rows.push_back(i);
+    return rows;
+  }
+  // k·total/max_rows: strictly increasing in k because total > max_rows (steps of >= 1).
+  for (int64_t k = 0; k < max_rows; ++k) rows.push_back(int64_t((__int128)k * total / max_rows));
+  return rows;
+}
+
+// ---- weight clip objective -----------------------------------------------------------------
+
+namespace {
+
+// The layer-output objective of one matrix against fixed inputs X: the inputs are split once into
+// contiguous per-group column blocks, then each evaluation quantizes W with the given ratios and
+// computes e per (row, group).
+class ClipObjective {
+ public:
+  ClipObjective(const WeightSim& w, const float* W, int64_t rows, int64_t cols, const float* X, int64_t n)
+      : w_(w), W_(W), rows_(rows), cols_(cols), X_(X), n_(n), groups_(weight_groups(w, cols)) {
+    SINKQ_CHECK(rows > 0 && cols > 0 && n >= 0, "weight clip search: bad shape [{}, {}] with {} inputs", rows, cols, n);
+    if (groups_ > 1) {
+      for (int64_t g = 0; g < groups_; ++g) {
+        const int64_t c0 = g * w.group, width = std::min<int64_t>(w.group, cols - c0);
+        std::vector<float> part(size_t(n * width));
+        for (int64_t t = 0; t < n; ++t) std::copy(X + t * cols + c0, X + t * cols + c0 + width, part.data() + t * width);
+        xg_.push_back(std::move(part));
+      }
+    }
+  }
+  int64_t groups() const { return groups_; }
+
+  std::vector<double> eval(const ClipRatios& ratios) const {
+    std::vector<float> d(W_, W_ + rows_ * cols_);
+    fake_quant_weight(w_, d.data(), rows_, cols_, &ratios);
+    for (size_t k = 0; k < d.size(); ++k) d[k] = W_[k] - d[k];  // D = W − Q_r(W)
+    std::vector<double> e(size_t(rows_ * groups_), 0.0);
+    if (n_ == 0) return e;
+    std::vector<float> y(size_t(n_ * rows_));
+    std::vector<float> dg;
+    for (int64_t g = 0; g < groups_; ++g) {
+      // y [n, rows] = X_g · D_gᵀ, the error of each output (group: partial dot product).
+      Mat m;
+      m.dtype = DType::F32;
+      m.rows = rows_;
+      m.name = "weight clip error";
+      const float* x = X_;
+      if (groups_ == 1) {
+        m.cols = cols_;
+        m.data = d.data();
+      } else {
+        const int64_t c0 = g * w_.group, width = std::min<int64_t>(w_.group, cols_ - c0);
+        dg.resize(size_t(rows_ * width));
+        for (int64_t i = 0; i < rows_; ++i)
+          std::copy(d.data() + i * cols_ + c0, d.data() + i * cols_ + c0 + width, dg.data() + i * width);
+        m.cols = width;
+        m.data = dg.data();
+        x = xg_[size_t(g)].data();
+      }
+      matmul(x, n_, m, nullptr, y.data());
+      for (int64_t t = 0; t < n_; ++t) {
+        const float* row = y.data() + t * rows_;
+        for (int64_t i = 0; i < rows_; ++i) e[size_t(i * groups_ + g)] += double(row[i]) * double(row[i]);
+      }
+    }
+    return e;
+  }
+
+ private:
+  WeightSim w_;
+  const float* W_;
+  int64_t rows_, cols_;
+  const float* X_;
+  int64_t n_, groups_;
+  std::vector<std::vector<float>> xg_;  // X's columns of each group, contiguous (groups > 1)
+};
+
+}  // namespace
+
+std::vector<double> weight_clip_objective(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
+                                          const float* X, int64_t n, const ClipRatios& ratios) {
+  return ClipObjective(w, W, rows, cols, X, n).eval(ratios);
+}
+
+WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
+                                    const float* X, int64_t n, std::span<const float> grid) {
+  SINKQ_CHECK(!grid.empty(), "weight clip search: empty grid");
+  const ClipObjective obj(w, W, rows, cols, X, n);
+  const int64_t entries = rows * obj.groups();
+  WeightClipResult res;
+  res.ratios.rows = rows;
+  res.ratios.groups = obj.groups();
+  res.ratios.r.assign(size_t(entries), grid[0]);
+  res.objective.reserve(grid.size() * size_t(entries));
+  ClipRatios uniform = res.ratios;
+  for (float r : grid) {
+    std::fill(uniform.r.begin(), uniform.r.end(), r);
+    const std::vector<double> e = obj.eval(uniform);
+    res.objective.insert(res.objective.end(), e.begin(), e.end());
+  }
+  res.chosen.resize(size_t(entries));
+  for (int64_t k = 0; k < entries; ++k) {
+    size_t best = 0;
+    for (size_t c = 1; c < grid.size(); ++c)  // strict <: ties keep the earlier candidate
+      if (res.objective[c * size_t(entries) + size_t(k)] < res.objective[best * size_t(entries) + size_t(k)]) best = c;
+    res.ratios.r[size_t(k)] = grid[best];
+    res.chosen[size_t(k)] = res.objective[best * size_t(entries) + size_t(k)];
+  }
+  return res;
+}
+
+// ---- the pipeline --------------------------------------------------------------------------
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Rounds for the report (4 significant decimals are plenty for ratios and relative errors).
+double round4(double v) { return std::round(v * 1e4) / 1e4; }
+
+const Site kLinearInputs[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+// Input site (index into kLinearInputs) of q, k, v, o, gate, up, down.
+const int kInputOf[7] = {0, 0, 0, 1, 2, 2, 3};
+
+int64_t max_len(std::span<const std::vector<int32_t>> calib) {
+  int64_t m = 0;
+  for (const auto& s : calib) m = std::max<int64_t>(m, int64_t(s.size()));
+  return m;
+}
+
+// Hidden states of every sample at the input of layer 0 (the embedding rows).
+std::vector<std::vector<float>> embed_all(Forward& fwd, std::span<const std::vector<int32_t>> calib) {
+  const int64_t H = fwd.model().config().hidden_size;
+  std::vector<std::vector<float>> xs;
+  for (const auto& s : calib) {
+    std::vector<float> x(s.size() * size_t(H));
+    fwd.embed(s, x.data());
+    xs.push_back(std::move(x));
+  }
+  return xs;
+}
+
+// Step 2 of build_sim: the weight clip search, layer by layer on the fp (rotated) model.
+ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimConfig& cfg,
+                                    std::span<const std::vector<int32_t>> calib, const CalibProgress& progress,
+                                    json& report) {
+  const ModelConfig& mc = fp->config();
+  const int64_t L = max_len(calib);
+  Forward fwd(fp, L, L);  // one sample = one run_layer call
+  attach_online_rotation(fwd, cfg.rotate);
+
+  // The rows used: select_rows over all tokens in hook order; picks[s] = (row in sample s, row in X).
+  int64_t total = 0;
+  for (const auto& s : calib) total += int64_t(s.size());
+  const std::vector<int64_t> sel = select_rows(total, cfg.calib.weight_rows);
+  const int64_t n = int64_t(sel.size());
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> picks(calib.size());
+  {
+    size_t k = 0;
+    int64_t off = 0;
+    for (size_t s = 0; s < calib.size(); ++s) {
+      for (; k < sel.size() && sel[k] < off + int64_t(calib[s].size()); ++k) picks[s].emplace_back(sel[k] - off, int64_t(k));
+      off += int64_t(calib[s].size());
+    }
+  }
+
+  const int64_t feat[4] = {mc.hidden_size, mc.q_dim(), mc.hidden_size, mc.intermediate_size};
+  std::vector<std::vector<float>> xs = embed_all(fwd, calib);
+  ModelClipRatios out(size_t(mc.num_layers));
+  std::map<float, int64_t> histogram;
+  json mean_ratio = json::array(), rel_error = json::array();
+  double sum_chosen = 0, sum_r1 = 0;
+  const auto& grid = cfg.calib.grid;
+  const auto one = std::find(grid.begin(), grid.end(), 1.0f);
+  for (int l = 0; l < mc.num_layers; ++l) {
+    // Capture the selected rows of the four linear inputs of layer l while the fp layer runs.
+    std::vector<float> X[4];
+    size_t cur = 0;
+    std::vector<int> handles;
+    for (int i = 0; i < 4; ++i) {
+      X[i].assign(size_t(n * feat[i]), 0.0f);
+      handles.push_back(fwd.hooks().add(kLinearInputs[i], l, [&, i](SiteView& v) {
+        SINKQ_ASSERT(v.tokens == int64_t(calib[cur].size()) && v.features == feat[i]);
+        for (const auto& [t, k] : picks[cur]) std::copy(v.row(t), v.row(t) + v.features, X[i].data() + k * feat[i]);
+      }));
+    }
+    for (cur = 0; cur < calib.size(); ++cur) fwd.run_layer(l, calib[cur], xs[cur].data());
+    for (int h : handles) fwd.hooks().remove(h);
+
+    const LayerWeights& lw = fp->weights().layers[size_t(l)];
+    const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
+    json lm = json::array(), le = json::array();
+    for (int i = 0; i < 7; ++i) {
+      const Mat& m = *mats[i];
+      std::vector<float> W(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, W.data(), W.size());
+      WeightClipResult r = search_weight_clip(cfg.w, W.data(), m.rows, m.cols, X[kInputOf[i]].data(), n, grid);
+      double mean = 0, chosen = 0, r1 = 0;
+      const size_t entries = r.ratios.r.size();
+      for (size_t k = 0; k < entries; ++k) {
+        mean += r.ratios.r[k];
+        ++histogram[r.ratios.r[k]];
+        chosen += r.chosen[k];
+        if (one != grid.end()) r1 += r.objective[size_t(one - grid.begin()) * entries + k];
+      }
+      lm.push_back(round4(mean / double(entries)));
+      le.push_back(one != grid.end() && r1 > 0 ? json(round4(chosen / r1)) : json(nullptr));
+      sum_chosen += chosen;
+      sum_r1 += r1;
+      out[size_t(l)].push_back(std::move(r.ratios));
+    }
+    mean_ratio.push_back(lm);
+    rel_error.push_back(le);
+    if (progress) progress("weight clip search, layer", l + 1, mc.num_layers);
+  }
+  json hist = json::object();
+  int64_t entries = 0, clipped = 0;
+  double mean = 0;
+  for (auto it = histogram.rbegin(); it != histogram.rend(); ++it) {
+    hist[fmt::format("{}", it->first)] = it->second;
+    entries += it->second;
+    mean += double(it->first) * double(it->second);
+    if (it->first < 1.0f) clipped += it->second;
+  }
+  report["weights"] = {
+      {"rows_per_layer", n},
+      {"entries", entries},
+      {"mean_ratio", round4(mean / double(std::max<int64_t>(entries, 1)))},
+      {"clipped_fraction", round4(double(clipped) / double(std::max<int64_t>(entries, 1)))},
+      {"ratio_histogram", hist},
+      {"matrices", kWeightNames},
+      {"mean_ratio_per_layer", mean_ratio},
+      // Σ e(chosen) / Σ e(1) per layer and matrix: the layer-output error left relative to r = 1.
+      {"objective_vs_r1_per_layer", rel_error},
+      {"objective_vs_r1", one != grid.end() && sum_r1 > 0 ? json(round4(sum_chosen / sum_r1)) : json(nullptr)}};
+  return out;
+}
+
+// The state of one static site during the search, read by its hook.
+struct Slot {
+  enum class State { Off, Observe, Apply } state = State::Off;
+  QuantSpec spec;
+  std::vector<Calibrator> candidates;  // Observe: one per grid ratio, fed every row the hook sees
+  Params params;                       // Apply
+};
+
+// Step 4 of build_sim: static activation / KV scales by block-output grid search.
+std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
+                                        const SimConfig& cfg, std::span<const std::vector<int32_t>> calib,
+                                        const CalibProgress& progress, json& report) {
+  const ModelConfig& mc = fp->config();
+  const int64_t L = max_len(calib), H = mc.hidden_size;
+  Forward ffp(fp, L, L), fq(qmodel, L, L);
+  attach_online_rotation(ffp, cfg.rotate);
+  attach_online_rotation(fq, cfg.rotate);
+  attach_dynamic_hooks(fq, cfg);  // non-searched quantizers stay on throughout
+
+  std::vector<Site> order;
+  for (Site s : {Site::AttnIn, Site::K, Site::V, Site::OIn, Site::MlpIn, Site::DownIn})
+    if (static_site(cfg, s)) order.push_back(s);
+  std::map<Site, std::shared_ptr<Slot>> slots;
+  for (Site s : order) {
+    auto slot = std::make_shared<Slot>();
+    slots[s] = slot;
+    // Layer -1: one hook per site for every layer; only the layer being calibrated runs.
+    fq.hooks().add(s, -1, [slot](SiteView& v) {
+      switch (slot->state) {
+        case Slot::State::Off: break;
+        case Slot::State::Observe:
+          for (Calibrator& c : slot->candidates) c.observe(v.data, v.tokens, v.features);
+          break;
+        case Slot::State::Apply: fake_quant(slot->spec, slot->params, v.data, v.tokens, v.features); break;
+      }
+    });
+  }
+
+  std::vector<std::vector<float>> xq = embed_all(fq, calib), target(calib.size());
+  int64_t count = 0;
+  for (const auto& s : calib) count += int64_t(s.size()) * H;
+  // Block-output MSE of fq's layer l against the targets, from the current inputs.
+  auto block_mse = [&](int l) {
+    double e = 0;
+    std::vector<float> y;
+    for (size_t s = 0; s < calib.size(); ++s) {
+      y = xq[s];
+      fq.run_layer(l, calib[s], y.data());
+      for (size_t k = 0; k < y.size(); ++k) {
+        const double d = double(y[k]) - double(target[s][k]);
+        e += d * d;
+      }
+    }
+    return e / double(count);
+  };
+
+  std::vector<StaticQuant> statics;
+  std::map<Site, json> rep;  // per site: ratio / mse / mse_at_1 / scale arrays over layers
+  for (int l = 0; l < mc.num_layers; ++l) {
+    for (auto& [s, slot] : slots) slot->state = Slot::State::Off;
+    for (size_t s = 0; s < calib.size(); ++s) {
+      target[s] = xq[s];
+      ffp.run_layer(l, calib[s], target[s].data());
+    }
+    for (Site site : order) {
+      Slot& slot = *slots.at(site);
+      const bool kv = site == Site::K || site == Site::V;
+      const bool grid_on = kv ? cfg.kv.clip_grid : cfg.a.clip_grid;
+      const std::vector<float> grid = grid_on ? cfg.calib.grid : std::vector<float>{kv ? cfg.kv.clip : cfg.a.clip};
+      const QuantSpec base = static_spec(cfg, site, mc);
+      slot.candidates.clear();
+      for (float r : grid) {
+        QuantSpec spec = base;
+        spec.clip_ratio = r;
+        slot.candidates.emplace_back(spec);
+      }
+      // Observe: the site unquantized, earlier sites at their chosen scales, later ones off.
+      slot.state = Slot::State::Observe;
+      for (size_t s = 0; s < calib.size(); ++s) {
+        std::vector<float> y = xq[s];
+        fq.run_layer(l, calib[s], y.data());
+      }
+      std::vector<Params> cand;
+      for (const Calibrator& c : slot.candidates) cand.push_back(c.params());
+      slot.candidates.clear();
+      // Score every candidate; strict < keeps the earlier ratio on ties.
+      slot.state = Slot::State::Apply;
+      slot.spec = base;
+      size_t best = 0;
+      std::vector<double> mse(grid.size());
+      for (size_t c = 0; c < grid.size(); ++c) {
+        slot.params = cand[c];
+        mse[c] = block_mse(l);
+        if (mse[c] < mse[best]) best = c;
+      }
+      slot.spec.clip_ratio = grid[best];
+      slot.params = cand[best];
+      statics.push_back(StaticQuant{site, l, slot.spec, slot.params});
+      const auto one = std::find(grid.begin(), grid.end(), 1.0f);
+      json& r = rep[site];
+      r["ratio"].push_back(json_float(grid[best]));
+      r["mse"].push_back(mse[best]);
+      r["mse_at_1"].push_back(one != grid.end() ? json(mse[size_t(one - grid.begin())]) : json(nullptr));
+      if (slot.params.scale.size() == 1) r["scale"].push_back(slot.params.scale[0]);
+    }
+    // The quantized block's output is the next block's input.
+    for (size_t s = 0; s < calib.size(); ++s) fq.run_layer(l, calib[s], xq[s].data());
+    if (progress) progress("static scale search, layer", l + 1, mc.num_layers);
+  }
+  json acts = json::object(), kvs = json::object();
+  for (auto& [site, r] : rep) ((site == Site::K || site == Site::V) ? kvs : acts)[std::string(site_name(site))] = r;
+  if (cfg.act_static()) report["activations"] = acts;
+  if (cfg.kv_static()) report["kv"] = kvs;
+  return statics;
+}
+
+std::string what_needs_calibration(const SimConfig& cfg) {
+  std::string s;
+  auto add = [&s](const char* w) { s += (s.empty() ? "" : ", ") + std::string(w); };
+  if (cfg.w.on() && cfg.w.clip_grid) add("--w-clip grid");
+  if (cfg.act_static()) add("--a-quant static");
+  if (cfg.kv_static()) add("--kv-quant static");
+  return s;
+}
+
+// "min–max" of a list of ratios (or the one value).
+std::string range_text(const json& ratios) {
+  double lo = 2, hi = -1;
+  for (const auto& r : ratios) lo = std::min(lo, r.get<double>()), hi = std::max(hi, r.get<double>());
+  return lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
+}
+
+}  // namespace
+
+SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
+                   std::span<const std::vector<int32_t>> calib, const CalibProgress& progress) {
+  SINKQ_ASSERT(base != nullptr);
+  cfg.validate();
+  const ModelConfig& mc = base->config();
+  const bool calibrate = cfg.needs_calibration();
+  if (calibrate) {
+    SINKQ_CHECK(!calib.empty(), "{} needs calibration data: give --calib FILE", what_needs_calibration(cfg));
+    for (size_t s = 0; s < calib.size(); ++s) {
+      SINKQ_CHECK(!calib[s].empty(), "calibration sample {} is empty (--calib)", s);
+      SINKQ_CHECK(int64_t(calib[s].size()) <= mc.max_position_embeddings,
+                  "calibration sample {} has {} tokens, more than max_position_embeddings ({}): lower --calib-len",
+                  s, calib[s].size(), mc.max_position_embeddings);
+    }
+  }
+  if (cfg.rotate.on) check_rotatable(mc);
+  const auto t0 = Clock::now();
+  SimModel sm;
+  sm.cfg = cfg;
+  json report = json::object();
+  // 1. Rotation: every later step (searches included) sees the rotated model.
+  const std::shared_ptr<const Model> rotated = rotate_model(base, cfg.rotate);
+  // 2. Weight clip grid search on the fp (rotated) model.
+  if (cfg.w.on() && cfg.w.clip_grid) {
+    const auto t = Clock::now();
+    sm.weight_clip = search_weight_clips(rotated, cfg, calib, progress, report);
+    report["weights"]["seconds"] = round4(seconds_since(t));
+  }
+  // 3. Weights fake-quantized (fixed ratio or the chosen ones).
+  sm.model = fake_quantize_weights(rotated, cfg, sm.weight_clip.empty() ? nullptr : &sm.weight_clip);
+  // 4. Static activation / KV scales on the quantized-weight model.
+  if (cfg.act_static() || cfg.kv_static()) {
+    const auto t = Clock::now();
+    sm.statics = search_statics(rotated, sm.model, cfg, calib, progress, report);
+    report["static_seconds"] = round4(seconds_since(t));
+  }
+  if (calibrate) {
+    int64_t tokens = 0;
+    for (const auto& s : calib) tokens += int64_t(s.size());
+    report["samples"] = calib.size();
+    report["tokens"] = tokens;
+    report["seconds"] = round4(seconds_since(t0));
+    std::string sum;
+    if (report.contains("weights"))
+      sum += fmt::format("weights clip mean {} ({:.1f}% of rows/groups clipped)", report["weights"]["mean_ratio"].get<double>(),
+                         100.0 * report["weights"]["clipped_fraction"].get<double>());
+    for (const char* part : {"activations", "kv"}) {
+      if (!report.contains(part)) continue;
+      for (const auto& [site, r] : report[part].items())
+        sum += fmt::format("{}{} clip {}", sum.empty() ? "" : "; ", site, range_text(r.at("ratio")));
+    }
+    report["summary"] = sum;
+    sm.calibration_report = std::move(report);
+  }
+  return sm;
+}
+
+}  // namespace sinkq::quant

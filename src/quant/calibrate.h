@@ -1,0 +1,93 @@
+// sinkq/quant/calibrate.h — the grid searches of the calibrated simulator (PrefixQuant §6.1:
+// "we initialize both s_W and s_X through grid search … minimize the layer outputs for
+// fine-grained quantization (per-channel/per-head) and block outputs for per-tensor
+// quantization"). build_sim (sim.h) drives them; this header exposes the pure pieces for tests.
+//
+// Grid: SimConfig::calib.grid, by default r_i = 1 − 0.025·i, i = 0..20 (sim.h default_clip_grid).
+// Every search scores every candidate with one objective and keeps the smallest; ties keep the
+// earlier grid entry (1.0 comes first: the least clipping wins a tie). With 1.0 in the grid the
+// result is therefore never worse than no clipping on the calibration data.
+//
+// Weights (per output channel, or per (row, group)): the layer-output error
+//     e_i(r)  = Σ_n ( X_n · (w_i − Q_r(w)_i) )²                      per output channel i
+//     e_ig(r) = Σ_n ( X_n,g · (w_i,g − Q_r(w)_i,g) )²                 per (row i, group g)
+// over calibration inputs X [n, in] of that linear layer (the group form is the error of the
+// group's partial dot product: the groups of a row are chosen independently). X are at most
+// `weight_rows` (512) tokens per layer, evenly spaced over all calibration tokens (select_rows),
+// taken from the full-precision model (rotated, if rotation is on), layer by layer. Decision: fp
+// inputs (not the inputs of the already quantized earlier layers) keep the weight search
+// independent of the activation / KV settings and of the order of the layers, as AWQ's auto_clip
+// does; the static activation search that follows runs on the quantized-weight model and sees
+// whatever error the weights leave.
+//
+// Static activations (per-tensor at attn_in, o_in, mlp_in, down_in) and static KV (per head or
+// per tensor at k, v): the block-output MSE, layer by layer (Forward::run_layer, no earlier layer
+// is re-run per candidate):
+//   block input   the output of the already quantized previous blocks (quantized weights,
+//                 chosen static scales, dynamic parts on). Decision: this is what the block sees
+//                 at inference, so its scales are fitted to the ranges the quantized model really
+//                 produces (drift from earlier quantization included), as OmniQuant /
+//                 EfficientQAT block-wise pipelines (PrefixQuant's code base) propagate the
+//                 quantized inputs.
+//   target        the full-precision block (fp weights, no quantization; rotated if on) on that
+//                 same input: the objective measures only the error this block adds, which its
+//                 own scales can act on (a target on the fp trajectory would also score
+//                 upstream error that no scale of this block can undo).
+//   order         the static sites of a block one after the other in forward order (attn_in,
+//                 k, v, o_in, mlp_in, down_in): earlier sites fixed at their chosen scale, later
+//                 static sites off (unquantized); non-searched quantizers (dynamic activations or
+//                 KV, CrossQuant) stay on throughout.
+//   candidates    for each ratio r: the Params of Calibrator(spec with clip_ratio r) over every row
+//                 the site's hook saw on all samples (the site itself unquantized in that pass).
+// Statistics come only from the rows a hook sees: a full-precision prefix already in the cache
+// (n_past() > 0) is never observed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "quant/sim.h"
+
+namespace sinkq::quant {
+
+// Result of the weight clip search on one matrix.
+struct WeightClipResult {
+  ClipRatios ratios;              // the chosen ratio per (row, group)
+  std::vector<double> objective;  // [grid.size(), rows·groups]: e(r) of every candidate and entry
+  std::vector<double> chosen;     // [rows·groups]: e at the chosen ratio
+};
+
+// The weight clip search on one matrix W [rows, cols] fp32 with calibration inputs X [n, cols]
+// (definitions above; groups = weight_groups(w, cols), the ragged tail included). w.clip and
+// w.clip_grid are ignored; bits, group and symmetric are used. Candidate r is scored with every
+// entry at ratio r (fake_quant_weight with all ratios r), which is exact per entry since entries
+// are independent.
+WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
+                                    const float* X, int64_t n, std::span<const float> grid);
+
+// e per (row, group) for the given ratios: the objective the search minimizes, computed the same
+// way (W quantized by fake_quant_weight with `ratios`, the error multiplied by X in fp32 by the
+// matmul kernel, squares summed in double).
+std::vector<double> weight_clip_objective(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
+                                          const float* X, int64_t n, const ClipRatios& ratios);
+
+// Which of `total` rows (calibration tokens, in the order the hooks see them: sample by sample)
+// the weight search uses: all when total <= max_rows, else max_rows rows ⌊k·total/max_rows⌋,
+// k = 0..max_rows−1 (evenly spaced, distinct, increasing; no RNG: reproducible by construction).
+std::vector<int64_t> select_rows(int64_t total, int64_t max_rows);
+
+// --- shared by sim.cc and calibrate.cc ------------------------------------------------------
+
+// A float as the shortest decimal that reads back to it (0.15f -> 0.15 in JSON, not the double
+// 0.15000000596046448).
+double json_float(float f);
+// Whether cfg quantizes site s statically (attn_in/o_in/mlp_in/down_in: static activations;
+// k/v: static KV), and the QuantSpec of that site (clip_ratio 1; the search sets it).
+bool static_site(const SimConfig& cfg, Site s);
+QuantSpec static_spec(const SimConfig& cfg, Site s, const ModelConfig& mc);
+// The dynamic activation (per-token, CrossQuant) and dynamic KV hooks of cfg; static parts are
+// left out (SimModel::attach adds them with their Params). No validation, no rotation.
+std::vector<int> attach_dynamic_hooks(Forward& fwd, const SimConfig& cfg);
+
+}  // namespace sinkq::quant

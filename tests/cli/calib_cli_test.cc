@@ -1,0 +1,151 @@
+// `sinkq ppl` with calibration (--w-clip grid, --a-quant static, --kv-quant static, --rotate,
+// --calib*): the JSON and text state the exact configuration and calibration, and bad flags give
+// exit 1 with an error naming the flag (before any model is loaded where possible).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "core/mmap.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+using nlohmann::json;
+
+struct RunResult {
+  int rc = -1;
+  bool crashed = false;
+  std::string out, err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'')
+      q.append("'\\''");
+    else
+      q.push_back(c);
+  }
+  return q + "'";
+}
+
+RunResult run(const std::vector<std::string>& args) {
+  testing::TempDir tmp;
+  std::string cmd = quote(SINKQ_BINARY);
+  for (const auto& a : args) {
+    cmd.push_back(' ');
+    cmd += quote(a);
+  }
+  cmd += " >" + tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
+  const int st = std::system(cmd.c_str());
+  RunResult r;
+  r.crashed = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) >= 128);
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file(tmp.file("out"));
+  r.err = read_file(tmp.file("err"));
+  return r;
+}
+
+void expect_error(const RunResult& r, const std::vector<std::string>& needles) {
+  EXPECT_FALSE(r.crashed) << r.err;
+  EXPECT_EQ(r.rc, 1) << r.err;
+  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "stderr lacks '" << n << "': " << r.err;
+}
+
+std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
+std::string sample_text() { return testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt"; }
+
+// ppl on stories260K, one window of 256, plus `extra`.
+RunResult ppl(std::vector<std::string> extra) {
+  std::vector<std::string> a{"ppl", "-m", stories(), "-f", sample_text(), "--ctx", "256", "--max-windows", "1"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return run(a);
+}
+
+TEST(CliCalib, StaticW4A4KV4JsonStatesConfigAndCalibration) {
+  const RunResult r = ppl({"--preset", "w4a4kv4", "--w-clip", "grid", "--a-quant", "static", "--kv-quant", "static",
+                           "--kv-gran", "tensor", "--calib", sample_text(), "--calib-samples", "2", "--calib-len", "64",
+                           "--calib-seed", "3", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& c = j.at("config");
+  EXPECT_EQ(c.at("weights").at("clip_ratio"), "grid");
+  EXPECT_EQ(c.at("activations").at("mode"), "static");
+  EXPECT_EQ(c.at("activations").at("granularity"), "per_tensor");
+  EXPECT_EQ(c.at("activations").at("clip_ratio"), "grid");
+  EXPECT_EQ(c.at("kv").at("mode"), "static");
+  EXPECT_EQ(c.at("kv").at("granularity"), "per_tensor");
+  EXPECT_EQ(c.at("rotation").at("on"), false);
+  const json& cal = c.at("calibration");
+  EXPECT_EQ(cal.at("file"), sample_text());
+  EXPECT_EQ(cal.at("samples"), 2);
+  EXPECT_EQ(cal.at("len"), 64);
+  EXPECT_EQ(cal.at("seed"), 3);
+  EXPECT_EQ(cal.at("grid").size(), 21u);
+  EXPECT_EQ(cal.at("grid")[0], 1.0);
+  EXPECT_EQ(cal.at("grid")[20], 0.5);
+  EXPECT_EQ(cal.at("data").at("format"), "text");
+  EXPECT_EQ(cal.at("data").at("samples"), 2);
+  const json& res = c.at("calibration_result");
+  EXPECT_EQ(res.at("tokens"), 128);
+  EXPECT_TRUE(res.at("weights").contains("ratio_histogram"));
+  for (const char* s : {"attn_in", "o_in", "mlp_in", "down_in"}) EXPECT_EQ(res.at("activations").at(s).at("ratio").size(), 5u) << s;
+  for (const char* s : {"k", "v"}) EXPECT_EQ(res.at("kv").at(s).at("ratio").size(), 5u) << s;
+  EXPECT_GT(j.at("ppl").get<double>(), 1.0);
+  // Calibration progress went to stderr, per layer.
+  EXPECT_NE(r.err.find("static scale search, layer"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("weight clip search, layer"), std::string::npos) << r.err;
+}
+
+TEST(CliCalib, TextOutputStatesConfigAndCalibration) {
+  const RunResult r = ppl({"--a-bits", "8", "--a-quant", "static", "--a-clip", "1", "--rotate", "--rotate-seed", "7",
+                           "--calib", sample_text(), "--calib-samples", "2", "--calib-len", "32"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("A8 static per-tensor sym clip=1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rotate seed=7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("calibration " + sample_text()), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 samples x 32 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("attn_in clip 1"), std::string::npos) << r.out;
+}
+
+TEST(CliCalib, RotationOnlyIsTheFullPrecisionModel) {
+  const RunResult a = ppl({"--json"});
+  const RunResult b = ppl({"--rotate", "--json"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const double pa = json::parse(a.out).at("ppl"), pb = json::parse(b.out).at("ppl");
+  EXPECT_NEAR(pb, pa, 1e-4 * pa);
+  EXPECT_EQ(json::parse(b.out).at("config").at("rotation").at("on"), true);
+  EXPECT_TRUE(json::parse(b.out).at("config").at("calibration").is_null());
+}
+
+TEST(CliCalib, Errors) {
+  // Calibration needed, no data: fails before loading the model, naming what needs it.
+  expect_error(ppl({"--preset", "w8a8", "--a-quant", "static"}), {"--a-quant static", "--calib"});
+  expect_error(ppl({"--w-bits", "4", "--w-clip", "grid"}), {"--w-clip grid", "--calib"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-quant", "static"}), {"--kv-quant static", "--calib"});
+  // Bad values name the flag.
+  expect_error(ppl({"--w-bits", "4", "--w-clip", "lots"}), {"--w-clip", "lots"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-quant", "frozen"}), {"--kv-quant", "frozen"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-gran", "tensor"}), {"--kv-gran", "--kv-quant static"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-quant", "static", "--kv-gran", "token", "--calib", sample_text()}), {"--kv-gran"});
+  expect_error(ppl({"--a-bits", "4", "--a-clip", "0.9"}), {"--a-clip", "static"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-clip", "grid"}), {"--kv-clip", "static"});
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--a-clip", "2", "--calib", sample_text()}), {"--a-clip"});
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "cross", "--a-asym"}), {"--a-asym"});
+  expect_error(ppl({"--rotate-seed", "3"}), {"--rotate-seed", "--rotate"});
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", sample_text(), "--calib-samples", "0"}),
+               {"--calib-samples"});
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", sample_text(), "--calib-len", "100000"}),
+               {"--calib-len"});
+  // A missing calibration file is named.
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", "/nonexistent/c4.jsonl"}), {"c4.jsonl"});
+}
+
+}  // namespace
+}  // namespace sinkq

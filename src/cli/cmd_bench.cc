@@ -15,6 +15,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
 #include "model/model.h"
+#include "quant/sim.h"
 
 namespace sinkq::cli {
 namespace {
@@ -86,6 +87,7 @@ void register_bench(CLI::App& app) {
     int64_t prefill = 512, decode = 64;
     int reps = 3;
     bool no_hook_probe = false;
+    std::string sim_preset;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode speed, bandwidth and memory of the forward pass");
@@ -97,6 +99,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--decode", o->decode, "Decode steps after each prefill")->capture_default_str();
   cmd->add_option("--reps", o->reps, "Repetitions (medians are reported)")->capture_default_str();
   cmd->add_flag("--no-hook-probe", o->no_hook_probe, "Skip the activation-site overhead measurement");
+  cmd->add_option("--sim-preset", o->sim_preset,
+                  "Also time the simulator's activation and KV fake-quant hooks of this dynamic preset (e.g. "
+                  "w4a4kv4) on the same forward, side by side with the plain one (weights unchanged)");
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
     apply_threads(*o);
@@ -131,6 +136,18 @@ void register_bench(CLI::App& app) {
       hooked = run(fwd, o->prefill, o->decode, o->reps);
       fwd.hooks().clear();
     }
+    Timing sim;
+    std::string sim_desc;
+    if (!o->sim_preset.empty()) {
+      quant::SimConfig sc = quant::SimConfig::from_preset(o->sim_preset);
+      sc.w.bits = quant::kBitsOff;  // the hooks' cost only: weights stay as they are
+      SINKQ_CHECK(sc.a.on() || sc.kv.on(), "--sim-preset {} quantizes no activations or KV: nothing to time",
+                  o->sim_preset);
+      sim_desc = sc.describe();
+      quant::attach(fwd, sc);
+      sim = run(fwd, o->prefill, o->decode, o->reps);
+      fwd.hooks().clear();
+    }
     // Decode reads every weight matrix once plus, per layer, the K and V rows so far (fp32).
     const int64_t wbytes = model->decode_weight_bytes();
     const double avg_ctx = double(o->prefill) + double(o->decode) / 2;
@@ -139,7 +156,7 @@ void register_bench(CLI::App& app) {
     const int64_t peak_rss = peak_rss_bytes();  // before the bandwidth probe's 1 GiB buffer
     std::fprintf(stderr, "bench: measuring memory read bandwidth\n");
     const double measured = measure_read_bandwidth_gbs();
-    const nlohmann::json j = {
+    nlohmann::json j = {
         {"model", name}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
         {"parameters", model->weights().parameter_count()},
         {"prefill_tokens", o->prefill}, {"decode_tokens", o->decode}, {"reps", o->reps},
@@ -149,6 +166,9 @@ void register_bench(CLI::App& app) {
         {"decode_bandwidth_fraction", measured > 0 ? achieved / measured : 0},
         {"hooked_prefill_tokens_per_s", hooked.prefill_tps}, {"hooked_decode_tokens_per_s", hooked.decode_tps},
         {"kv_cache_bytes", fwd.cache().bytes()}, {"peak_rss_bytes", peak_rss}};
+    if (!o->sim_preset.empty())
+      j["simulator"] = {{"preset", o->sim_preset}, {"config", sim_desc}, {"prefill_tokens_per_s", sim.prefill_tps},
+                        {"decode_tokens_per_s", sim.decode_tps}};
     if (o->json) {
       print_json(j);
       return;
@@ -163,6 +183,9 @@ void register_bench(CLI::App& app) {
     if (!o->no_hook_probe)
       fmt::print("no-op observer at every site: prefill x{:.3f}, decode x{:.3f} of the unhooked speed\n",
                  hooked.prefill_tps / base.prefill_tps, o->decode ? hooked.decode_tps / base.decode_tps : 1.0);
+    if (!o->sim_preset.empty())
+      fmt::print("simulator hooks ({}): prefill x{:.3f}, decode x{:.3f} of the plain speed\n", sim_desc,
+                 sim.prefill_tps / base.prefill_tps, o->decode ? sim.decode_tps / base.decode_tps : 1.0);
     fmt::print("KV cache {:.1f} MB, peak RSS {:.1f} MB\n", double(fwd.cache().bytes()) / 1e6,
                double(peak_rss) / 1e6);
   });

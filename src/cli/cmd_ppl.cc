@@ -143,6 +143,11 @@ void register_ppl(CLI::App& app) {
   cmd->callback([o, make_config, calib, calib_samples, calib_len, calib_seed] {
     apply_threads(*o);
     const PplProtocol protocol = parse_ppl_protocol(o->protocol);
+    // The library runs the prefix protocol (eval/ppl.h, KvPrefix); the CLI does not build a prefix
+    // yet (--prefix and calibration behind a prefix are the next step): say so instead of failing later.
+    SINKQ_CHECK(protocol != PplProtocol::Prefix,
+                "--protocol prefix needs a KV prefix, and 'sinkq ppl' cannot build one yet (no --prefix flag); "
+                "use gptq or bos");
     SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
     quant::SimConfig qcfg = make_config();  // before loading anything: bad flags fail fast
     const auto model = Model::load(o->model);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/mmap.h"
+#include "cli/cli_run.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -17,45 +18,9 @@ namespace {
 
 using nlohmann::json;
 
-struct RunResult {
-  int rc = -1;
-  bool crashed = false;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'')
-      q.append("'\\''");
-    else
-      q.push_back(c);
-  }
-  return q + "'";
-}
-
-RunResult run(const std::vector<std::string>& args) {
-  testing::TempDir tmp;
-  std::string cmd = quote(SINKQ_BINARY);
-  for (const auto& a : args) {
-    cmd.push_back(' ');
-    cmd += quote(a);
-  }
-  cmd += " >" + tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
-  const int st = std::system(cmd.c_str());
-  RunResult r;
-  r.crashed = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) >= 128);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = read_file(tmp.file("out"));
-  r.err = read_file(tmp.file("err"));
-  return r;
-}
-
-void expect_error(const RunResult& r, const std::vector<std::string>& needles) {
-  EXPECT_FALSE(r.crashed) << r.err;
-  EXPECT_EQ(r.rc, 1) << r.err;
-  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "stderr lacks '" << n << "': " << r.err;
-}
+using clitest::expect_error;
+using clitest::run;
+using clitest::RunResult;
 
 std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
 std::string sample_text() { return testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt"; }

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "core/mmap.h"
+#include "cli/cli_run.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -18,48 +19,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct RunResult {
-  int rc = -1;
-  bool crashed = false;
-  std::string out, err;
-};
-
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'')
-      q.append("'\\''");
-    else
-      q.push_back(c);
-  }
-  return q + "'";
-}
-
-RunResult run(const std::vector<std::string>& args) {
-  testing::TempDir tmp;
-  std::string cmd = quote(SINKQ_BINARY);
-  for (const auto& a : args) {
-    cmd.push_back(' ');  // not `" " + quote(a)`: GCC 12 warns falsely on it (-Wrestrict, PR 105329)
-    cmd += quote(a);
-  }
-  cmd += " >" + tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
-  const int st = std::system(cmd.c_str());
-  RunResult r;
-  r.crashed = WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) >= 128);
-  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.out = read_file(tmp.file("out"));
-  r.err = read_file(tmp.file("err"));
-  return r;
-}
+using clitest::expect_error;
+using clitest::run;
+using clitest::RunResult;
 
 std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
-
-// A failing run: exit 1, no crash, and stderr names what is wrong.
-void expect_error(const RunResult& r, const std::vector<std::string>& needles) {
-  EXPECT_FALSE(r.crashed) << r.err;
-  EXPECT_EQ(r.rc, 1) << r.err;
-  for (const auto& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "stderr lacks '" << n << "': " << r.err;
-}
 
 // A copy of stories260K's files in a temp dir, where the test may break one of them.
 struct ModelCopy {

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/dtype.h"
 #include "io/weights.h"
 #include "kernels/cpu_features.h"
@@ -29,23 +30,13 @@
 namespace sinkq {
 namespace {
 
+using bench::float_gemv;
+using bench::Lcg;
+using bench::use_isa;
+using bench::vec;
+
 using lowbit::PackedFormat;
 
-// Deterministic pseudo-random values in [-1, 1) (cheap enough for 65M-element matrices).
-struct Lcg {
-  uint64_t s;
-  float next() {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
-
-std::vector<float> vec(size_t n, uint64_t seed, float scale = 1.0f) {
-  Lcg g{seed};
-  std::vector<float> v(n);
-  for (float& x : v) x = g.next() * scale;
-  return v;
-}
 
 // fp32 weights [rows, cols], created once per shape.
 const std::vector<float>& f32_weights(int64_t rows, int64_t cols) {
@@ -88,32 +79,13 @@ lowbit::PackedTensor acts(int64_t T, int64_t cols, uint64_t seed) {
   return q;
 }
 
-bool use_isa(benchmark::State& st, int64_t isa) {
-  if (isa > int64_t(detected_isa())) {
-    st.SkipWithError("ISA not supported on this CPU");
-    return false;
-  }
-  set_isa(Isa(isa));
-  return true;
-}
-
 const std::pair<int64_t, int64_t> kGemvShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
 const std::pair<int64_t, int64_t> kGemmShapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}};
 
 // fp32 / bf16 matmul, T = 1. Args: isa, dtype, out, in.
 void BM_GemvFloat(benchmark::State& st) {
   if (!use_isa(st, st.range(0))) return;
-  const DType dt = DType(st.range(1));
-  const int64_t out = st.range(2), in = st.range(3);
-  const Mat& W = mat(dt, out, in);
-  const std::vector<float> x = vec(size_t(in), 1);
-  std::vector<float> y(static_cast<size_t>(out));
-  for (auto _ : st) {
-    matmul(x.data(), 1, W, nullptr, y.data());
-    benchmark::DoNotOptimize(y.data());
-  }
-  st.SetBytesProcessed(int64_t(st.iterations()) * out * in * int64_t(dtype_size(dt)));
-  st.SetLabel(std::string(isa_name(Isa(st.range(0)))) + " " + std::string(dtype_name(dt)));
+  float_gemv(st, mat(DType(st.range(1)), st.range(2), st.range(3)));
 }
 void gemv_float_args(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 2})

@@ -147,4 +147,62 @@ PackedTensor quantize(PackedFormat f, const float* x, int64_t rows, int64_t cols
   return pack(f, q.data(), p, rows, cols);
 }
 
+// ---- KV formats ----------------------------------------------------------------------------
+
+namespace {
+std::string all_kv_names() {
+  std::string s;
+  for (const KvFormatTraits& t : kKvFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  return s;
+}
+}  // namespace
+
+const KvFormatTraits& kv_traits(PackedFormat f) {
+  const KvFormatTraits* t = detail::find_kv(f);
+  SINKQ_CHECK(t != nullptr, "lowbit: {} is not a KV cache format (expected one of {})", int(f), all_kv_names());
+  return *t;
+}
+
+PackedFormat parse_kv_format(std::string_view name) {
+  for (const KvFormatTraits& t : kKvFormats)
+    if (t.name == name) return t.format;
+  fail("lowbit: unknown KV cache format '{}' (expected one of {})", name, all_kv_names());
+}
+
+PackedFormat kv_format(int bits, bool symmetric, quant::Granularity g) {
+  for (const KvFormatTraits& t : kKvFormats)
+    if (t.bits == bits && t.symmetric == symmetric && t.granularity == g) return t.format;
+  fail("lowbit: no KV cache format stores int{} {} {} (KV formats: int8 / int4, sym or asym, per_head "
+       "or per_row dynamic, per_head_shared or per_tensor static)",
+       bits, symmetric ? "sym" : "asym", quant::granularity_name(g));
+}
+
+quant::QuantSpec kv_spec(PackedFormat f, int head_dim, float clip_ratio) {
+  const KvFormatTraits& t = kv_traits(f);
+  quant::QuantSpec s;
+  s.bits = t.bits;
+  s.symmetric = t.symmetric;
+  s.granularity = t.granularity;
+  if (t.granularity == quant::Granularity::PerHead || t.granularity == quant::Granularity::PerHeadShared)
+    s.head_dim = head_dim;
+  s.clip_ratio = clip_ratio;
+  return s;
+}
+
+int64_t kv_param_count(const KvFormatTraits& t, int kv_heads, int64_t capacity) {
+  switch (t.granularity) {
+    case quant::Granularity::PerHead: return capacity * kv_heads;
+    case quant::Granularity::PerRow: return capacity;
+    case quant::Granularity::PerHeadShared: return kv_heads;
+    default: return 1;
+  }
+}
+
+int64_t kv_cache_bytes(PackedFormat f, int num_layers, int kv_heads, int head_dim, int64_t capacity) {
+  const KvFormatTraits& t = kv_traits(f);
+  const int64_t per = capacity * kv_row_bytes(t, int64_t(kv_heads) * head_dim) +
+                      kv_param_count(t, kv_heads, capacity) * t.param_bytes;
+  return 2 * int64_t(num_layers) * per;
+}
+
 }  // namespace sinkq::lowbit

@@ -46,9 +46,26 @@ enum class PackedFormat : uint8_t {
   A8_PerTensor = 33,   // int8 sym, one fp32 scale for all tokens (static, calibrated)
   A4_PerToken = 34,    // int4 sym, packed nibbles, per-token scale
   A4_PerTensor = 35,   // int4 sym, packed nibbles, per-tensor scale
+  // KV cache bodies (64..95; kKvFormats below). "head" = one of the kv_heads slices of a row.
+  KV8_PerHead = 64,            // dynamic: one fp32 scale per (token, kv head), int8 sym
+  KV4_PerHead = 65,            //   int4 sym
+  KV8_PerHead_Asym = 66,       //   + one uint8 zero point per (token, kv head)
+  KV4_PerHead_Asym = 67,
+  KV8_PerToken = 68,           // dynamic: one fp32 scale per token (the whole kv_dim row)
+  KV4_PerToken = 69,
+  KV8_PerToken_Asym = 70,
+  KV4_PerToken_Asym = 71,
+  KV8_StaticHead = 72,         // static: one calibrated fp32 scale per kv head for every token
+  KV4_StaticHead = 73,
+  KV8_StaticHead_Asym = 74,
+  KV4_StaticHead_Asym = 75,
+  KV8_StaticTensor = 76,       // static: one calibrated fp32 scale for the whole layer's K (or V)
+  KV4_StaticTensor = 77,
+  KV8_StaticTensor_Asym = 78,
+  KV4_StaticTensor_Asym = 79,
 };
 
-enum class Role : uint8_t { Weight, Activation };
+enum class Role : uint8_t { Weight, Activation, Kv };
 
 struct FormatTraits {
   PackedFormat format;
@@ -171,5 +188,101 @@ void dequantize(const PackedTensor& t, float* out);
 // compute_params on x itself (weights: per row / group; activations: dynamic per token, or a
 // per-tensor scale from x) + quantize_to_int + pack.
 PackedTensor quantize(PackedFormat f, const float* x, int64_t rows, int64_t cols, float clip_ratio = 1.0f);
+
+// ---- KV cache formats ---------------------------------------------------------------------
+//
+// The quantized body of a KV cache (the fp32 prefix in front of it is never quantized). One
+// format covers K and V of every layer; K is stored after RoPE (site k), V as projected (site v),
+// exactly the rows the simulator fake-quantizes (quant/sim.h KvSim). Codes and params are
+// quant::quantize_to_int / compute_params under kv_spec(format, head_dim): dequantized values are
+// the simulator's fake_quant values bit for bit.
+//
+// Byte layout of one layer's K (V alike) for a body of `capacity` rows, H = kv_heads, D = head_dim
+// (little-endian, planar: three arrays, rows contiguous, row r = body position r):
+//   codes   [capacity, H, D·bits/8] uint8: the stored int8 code c = q - code_offset (quantizer.h)
+//           of each element; 8-bit one per byte, 4-bit two per byte as formats.h above (low
+//           nibble = even column). 4-bit needs an even D (RoPE models always have one), so every
+//           head starts on a byte boundary.
+//   scales  fp32: per_head [capacity, H]; per_token [capacity]; static_head [H]; static_tensor [1]
+//   zeros   uint8 z in [0, 2^N - 1], same shape as scales (asymmetric formats only)
+// x̂ = s·(c + code_offset - z) = s·level, level an exact small integer. Static scales / zeros are
+// the calibrated quant::Params (PerHeadShared [1, H] or PerTensor [1, 1]) of that layer's K or V.
+struct KvFormatTraits {
+  PackedFormat format;
+  std::string_view name;           // snake_case, for flags and messages
+  Role role;                       // Role::Kv
+  int bits;                        // 8 or 4
+  bool symmetric;
+  quant::Granularity granularity;  // PerHead, PerRow (token), PerHeadShared, PerTensor
+  bool dynamic;                    // params from each stored row (PerHead, PerRow) or calibrated
+  int param_bytes;                 // bytes per scale entry: fp32 scale (+ uint8 zero)
+};
+
+inline constexpr KvFormatTraits kKvFormats[] = {
+    // format                              name                    role      bits sym    granularity                      dyn    par
+    {PackedFormat::KV8_PerHead,           "kv8_per_head",          Role::Kv, 8, true,  quant::Granularity::PerHead,       true,  4},
+    {PackedFormat::KV4_PerHead,           "kv4_per_head",          Role::Kv, 4, true,  quant::Granularity::PerHead,       true,  4},
+    {PackedFormat::KV8_PerHead_Asym,      "kv8_per_head_asym",     Role::Kv, 8, false, quant::Granularity::PerHead,       true,  5},
+    {PackedFormat::KV4_PerHead_Asym,      "kv4_per_head_asym",     Role::Kv, 4, false, quant::Granularity::PerHead,       true,  5},
+    {PackedFormat::KV8_PerToken,          "kv8_per_token",         Role::Kv, 8, true,  quant::Granularity::PerRow,        true,  4},
+    {PackedFormat::KV4_PerToken,          "kv4_per_token",         Role::Kv, 4, true,  quant::Granularity::PerRow,        true,  4},
+    {PackedFormat::KV8_PerToken_Asym,     "kv8_per_token_asym",    Role::Kv, 8, false, quant::Granularity::PerRow,        true,  5},
+    {PackedFormat::KV4_PerToken_Asym,     "kv4_per_token_asym",    Role::Kv, 4, false, quant::Granularity::PerRow,        true,  5},
+    {PackedFormat::KV8_StaticHead,        "kv8_static_head",       Role::Kv, 8, true,  quant::Granularity::PerHeadShared, false, 4},
+    {PackedFormat::KV4_StaticHead,        "kv4_static_head",       Role::Kv, 4, true,  quant::Granularity::PerHeadShared, false, 4},
+    {PackedFormat::KV8_StaticHead_Asym,   "kv8_static_head_asym",  Role::Kv, 8, false, quant::Granularity::PerHeadShared, false, 5},
+    {PackedFormat::KV4_StaticHead_Asym,   "kv4_static_head_asym",  Role::Kv, 4, false, quant::Granularity::PerHeadShared, false, 5},
+    {PackedFormat::KV8_StaticTensor,      "kv8_static_tensor",     Role::Kv, 8, true,  quant::Granularity::PerTensor,     false, 4},
+    {PackedFormat::KV4_StaticTensor,      "kv4_static_tensor",     Role::Kv, 4, true,  quant::Granularity::PerTensor,     false, 4},
+    {PackedFormat::KV8_StaticTensor_Asym, "kv8_static_tensor_asym", Role::Kv, 8, false, quant::Granularity::PerTensor,    false, 5},
+    {PackedFormat::KV4_StaticTensor_Asym, "kv4_static_tensor_asym", Role::Kv, 4, false, quant::Granularity::PerTensor,    false, 5},
+};
+
+namespace detail {
+constexpr const KvFormatTraits* find_kv(PackedFormat f) {
+  for (const KvFormatTraits& t : kKvFormats)
+    if (t.format == f) return &t;
+  return nullptr;
+}
+constexpr bool kv_row_ok(const KvFormatTraits& t) {
+  if (int(t.format) < 64 || int(t.format) > 95 || t.role != Role::Kv || find(t.format) != nullptr) return false;
+  if (t.bits != 8 && t.bits != 4) return false;
+  if (t.name.size() < 3 || t.name[0] != 'k' || t.name[1] != 'v' || t.name[2] != char('0' + t.bits)) return false;
+  const quant::Granularity g = t.granularity;
+  const bool dyn = g == quant::Granularity::PerHead || g == quant::Granularity::PerRow;
+  const bool stat = g == quant::Granularity::PerHeadShared || g == quant::Granularity::PerTensor;
+  if (!(dyn || stat) || t.dynamic != dyn) return false;
+  return t.param_bytes == int(sizeof(float)) + (t.symmetric ? 0 : 1);
+}
+constexpr bool kv_table_ok() {
+  for (size_t i = 0; i < std::size(kKvFormats); ++i) {
+    if (!kv_row_ok(kKvFormats[i])) return false;
+    for (size_t j = 0; j < i; ++j)
+      if (kKvFormats[j].format == kKvFormats[i].format || kKvFormats[j].name == kKvFormats[i].name) return false;
+  }
+  // Values 64..79 are all taken, in the order of the table (bits, sym, granularity).
+  for (size_t i = 0; i < std::size(kKvFormats); ++i)
+    if (int(kKvFormats[i].format) != 64 + int(i)) return false;
+  return true;
+}
+}  // namespace detail
+
+static_assert(detail::kv_table_ok(), "kKvFormats: inconsistent row (see detail::kv_row_ok)");
+
+// The traits row of a KV format; throws sinkq::Error for any other value.
+const KvFormatTraits& kv_traits(PackedFormat f);
+// By name ("kv4_per_head", ...); throws sinkq::Error listing the names.
+PackedFormat parse_kv_format(std::string_view name);
+// The KV format of (bits, symmetric, granularity); sinkq::Error saying what no format stores.
+PackedFormat kv_format(int bits, bool symmetric, quant::Granularity g);
+// The quantizer spec whose codes / params the format stores for rows of kv_heads·head_dim columns
+// (head_dim set for the per-head granularities; clip_ratio as given, used only by calibration).
+quant::QuantSpec kv_spec(PackedFormat f, int head_dim, float clip_ratio = 1.0f);
+// Code bytes of one K (or V) row of kv_dim columns.
+constexpr int64_t kv_row_bytes(const KvFormatTraits& t, int64_t kv_dim) { return kv_dim * t.bits / 8; }
+// Scale (and zero) entries of one layer's K (or V) for `capacity` rows.
+int64_t kv_param_count(const KvFormatTraits& t, int kv_heads, int64_t capacity);
+// Bytes of a whole body cache (every layer, K and V): codes + scales + zeros.
+int64_t kv_cache_bytes(PackedFormat f, int num_layers, int kv_heads, int head_dim, int64_t capacity);
 
 }  // namespace sinkq::lowbit

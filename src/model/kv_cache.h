@@ -2,8 +2,9 @@
 //
 // Layout per layer: K and V each [capacity, kv_heads * head_dim] row-major, fp32; row r holds
 // the token at absolute position r. New rows are written in place by the projections (no copy).
-// Later issues put a shared full-precision prefix in front and a quantized body behind it; the
-// row index stays the absolute position.
+// A shared full-precision prefix (kv_prefix.h) sits in front of it (read in place, never copied);
+// row r is then absolute position prefix size + r. A quantized body replaces this cache through
+// Forward::set_kv_store (kv_store.h; runtime/packed_kv.h), which releases this cache's memory.
 #pragma once
 
 #include <cstdint>

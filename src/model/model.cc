@@ -163,19 +163,46 @@ std::span<const float> Forward::step(std::span<const int32_t> tokens, bool all_l
 }
 
 void Forward::set_prefix(std::shared_ptr<const KvPrefix> prefix) {
-  SINKQ_CHECK(cache_.size() == 0, "a KV prefix can only be set between sequences ({} body tokens are in the cache)",
-              cache_.size());
+  SINKQ_CHECK(body_size() == 0, "a KV prefix can only be set between sequences ({} body tokens are in the cache)",
+              body_size());
   if (prefix) {
     const ModelConfig& c = model_->config();
     SINKQ_CHECK(prefix->num_layers() == c.num_layers && prefix->kv_dim() == c.kv_dim(),
                 "the KV prefix has {} layers of width {}, the model {} of width {}", prefix->num_layers(),
                 prefix->kv_dim(), c.num_layers, c.kv_dim());
-    SINKQ_CHECK(prefix->size() + cache_.capacity() <= c.max_position_embeddings,
+    SINKQ_CHECK(prefix->size() + body_capacity() <= c.max_position_embeddings,
                 "a prefix of {} tokens plus a context of {} tokens exceeds the model's max_position_embeddings "
                 "({}); use a shorter context",
-                prefix->size(), cache_.capacity(), c.max_position_embeddings);
+                prefix->size(), body_capacity(), c.max_position_embeddings);
   }
   prefix_ = std::move(prefix);
+}
+
+void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
+  SINKQ_CHECK(body_size() == 0, "a KV store can only be set between sequences ({} body tokens are in the cache)",
+              body_size());
+  const ModelConfig& c = model_->config();
+  if (!store) {
+    if (store_) cache_ = KVCache(c.num_layers, store_->capacity(), c.kv_dim());
+    store_.reset();
+    store_rows_ = 0;
+    k_new_ = {};
+    v_new_ = {};
+    return;
+  }
+  SINKQ_CHECK(store->num_layers() == c.num_layers && store->kv_dim() == c.kv_dim(),
+              "the KV store has {} layers of width {}, the model {} of width {}", store->num_layers(),
+              store->kv_dim(), c.num_layers, c.kv_dim());
+  SINKQ_CHECK(store->capacity() >= 1, "the KV store holds no rows");
+  SINKQ_CHECK(prefix_size() + store->capacity() <= c.max_position_embeddings,
+              "a prefix of {} tokens plus a KV store of {} rows exceeds the model's max_position_embeddings ({})",
+              prefix_size(), store->capacity(), c.max_position_embeddings);
+  max_batch_ = std::min(max_batch_, store->capacity());
+  cache_ = KVCache();  // the fp32 body is released: the store holds it now
+  store_ = std::move(store);
+  store_rows_ = 0;
+  k_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
+  v_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
 }
 
 std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,
@@ -250,7 +277,12 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
   }
   embed_rows(w.embed, tokens, x_.data());
   for (int l = 0; l < c.num_layers; ++l) layer(l, T);
-  cache_.advance(T);
+  if (store_) {
+    SINKQ_ASSERT(store_rows_ + T <= store_->capacity());
+    store_rows_ += T;
+  } else {
+    cache_.advance(T);
+  }
   if (!logits_out) return;
   // Final norm and LM head only for the rows whose logits are wanted.
   const int64_t first = all_logits ? 0 : T - 1;
@@ -274,9 +306,10 @@ void Forward::layer(int l, int64_t T) {
   const std::span<const int32_t> pos(pos_.data(), size_t(T));
   float* x = x_.data();
   float* xn = xn_.data();
-  const int64_t body_past = cache_.size();  // body rows before this chunk
-  float* k = cache_.k(l) + body_past * KV;   // new K/V rows go straight into the cache
-  float* v = cache_.v(l) + body_past * KV;
+  const int64_t body_past = body_size();  // body rows before this chunk
+  // New K/V rows go straight into the fp32 cache, or into scratch that the KV store quantizes.
+  float* k = store_ ? k_new_.data() : cache_.k(l) + body_past * KV;
+  float* v = store_ ? v_new_.data() : cache_.v(l) + body_past * KV;
 
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
@@ -291,7 +324,12 @@ void Forward::layer(int l, int64_t T) {
   site(Site::K, l, k, T, KV);
   site(Site::V, l, v, T, KV);
   const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
-  attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());
+  if (store_) {
+    store_->write(l, body_past, k, v, T);
+    store_->attention(l, attn_shape_, q_.data(), prefix, body_past, T, att_.data());
+  } else {
+    attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());
+  }
   site(Site::OIn, l, att_.data(), T, c.q_dim());
   linear(att_.data(), T, w.wo, w.impl.o.get(), nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);

@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/kv_prefix.h"
+#include "model/kv_store.h"
 #include "model/sites.h"
 
 namespace sinkq {
@@ -54,11 +55,18 @@ class Forward {
   Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t max_batch = 512);
 
   // Clears the sequence (the body); a prefix stays in place.
-  void reset() { cache_.clear(); }
+  void reset() {
+    cache_.clear();
+    store_rows_ = 0;
+  }
+  // Body rows in the cache (or the KV store).
+  int64_t body_size() const { return store_ ? store_rows_ : cache_.size(); }
+  // Body rows the cache (or the KV store) can hold.
+  int64_t body_capacity() const { return store_ ? store_->capacity() : cache_.capacity(); }
   // Absolute position of the next token: prefix size + body rows in the cache.
-  int64_t n_past() const { return prefix_size() + cache_.size(); }
+  int64_t n_past() const { return prefix_size() + body_size(); }
   // Last absolute position + 1 this Forward can reach: prefix size + cache capacity.
-  int64_t max_ctx() const { return prefix_size() + cache_.capacity(); }
+  int64_t max_ctx() const { return prefix_size() + body_capacity(); }
 
   // Puts a full-precision KV prefix (kv_prefix.h) in front of every sequence: the body then
   // starts at position prefix->size(). Only between sequences (empty body, else sinkq::Error);
@@ -69,7 +77,19 @@ class Forward {
   int64_t prefix_size() const { return prefix_ ? prefix_->size() : 0; }
   const Model& model() const { return *model_; }
   SiteHooks& hooks() { return hooks_; }
+  // The fp32 body cache; empty (capacity 0, no memory) while a KV store is set.
   KVCache& cache() { return cache_; }
+
+  // Keeps the body in `store` (kv_store.h, e.g. runtime/packed_kv.h's int8 / int4 cache) instead
+  // of the fp32 KVCache, whose memory is released; nullptr goes back to an fp32 cache of the
+  // store's capacity. New K/V rows are then produced in fp32 scratch [max_batch, kv_dim], pass the
+  // k / v site hooks, and are handed to store->write(). Only between sequences (empty body, else
+  // sinkq::Error); the store must match the model (layers, kv_dim) and, with the prefix, fit
+  // max_position_embeddings (else sinkq::Error naming both). The prefix stays fp32 in front.
+  void set_kv_store(std::unique_ptr<KvStore> store);
+  const KvStore* kv_store() const { return store_.get(); }
+  // Bytes held for the body: the fp32 cache's or the store's.
+  size_t kv_bytes() const { return store_ ? store_->bytes() : cache_.bytes(); }
 
   // Feeds `tokens` at positions n_past().. and returns their logits, row-major:
   // [tokens.size(), vocab] when all_logits, else [1, vocab] for the last token.
@@ -94,6 +114,9 @@ class Forward {
 
   std::shared_ptr<const Model> model_;
   KVCache cache_;                          // the body: row r = absolute position prefix_size() + r
+  std::unique_ptr<KvStore> store_;         // when set: holds the body instead of cache_
+  int64_t store_rows_ = 0;                 // body rows in store_
+  std::vector<float> k_new_, v_new_;       // store_ only: the chunk's new rows [max_batch, kv_dim]
   std::shared_ptr<const KvPrefix> prefix_;  // shared, read in place; never copied
   SiteHooks hooks_;
   int64_t max_batch_;

@@ -1,0 +1,332 @@
+// sinkq/lowbit/kv_kernels.cc — PackedKvCache (store through the one quantizer, dequantize), the
+// attention driver (threads, the fp32 prefix segment, softmax) and the double oracle.
+//
+// The per-ISA serial loops over the quantized body are the KvTables (kv_scalar.cc, kv_avx2.cc,
+// kv_avx512.cc); the prefix scores / weighted sums and the softmax are the fp32 kernels of the
+// same ISA (kernels/kernel_table.h), so the prefix segment is computed exactly as the fp32
+// attention of kernels/ops.h computes it.
+#include "lowbit/kv_kernels.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/kernel_table.h"
+
+namespace sinkq::lowbit {
+
+namespace detail {
+
+const KvTable& kv_table_for(Isa isa) {
+  switch (isa) {
+    case Isa::Avx512: return kv_table_avx512();
+    case Isa::Avx2: return kv_table_avx2();
+    case Isa::Scalar: break;
+  }
+  return kv_table_scalar();
+}
+
+}  // namespace detail
+
+std::string_view kv_isa_name() { return isa_name(active_isa()); }
+
+namespace {
+
+bool is_static(const KvFormatTraits& t) { return !t.dynamic; }
+
+// Scale entries per stored row (dynamic formats).
+int64_t per_row_entries(const KvFormatTraits& t, int kv_heads) {
+  return t.granularity == quant::Granularity::PerHead ? kv_heads : 1;
+}
+
+void check_static(const KvFormatTraits& t, const quant::Params& p, int kv_heads, int head_dim, int layer,
+                  const char* which) {
+  const int64_t kv_dim = int64_t(kv_heads) * head_dim;
+  const int64_t pcol = t.granularity == quant::Granularity::PerHeadShared ? kv_heads : 1;
+  SINKQ_CHECK(p.granularity == t.granularity && p.bits == t.bits && p.symmetric == t.symmetric,
+              "packed KV: the static {} params of layer {} are int{} {} {}, format {} needs int{} {} {}", which,
+              layer, p.bits, p.symmetric ? "sym" : "asym", quant::granularity_name(p.granularity), t.name, t.bits,
+              t.symmetric ? "sym" : "asym", quant::granularity_name(t.granularity));
+  SINKQ_CHECK(p.prow == 1 && p.pcol == pcol && p.cols() == kv_dim &&
+                  p.scale.size() == size_t(pcol) && p.zero.size() == (t.symmetric ? 0u : size_t(pcol)),
+              "packed KV: the static {} params of layer {} are [{}, {}] over {} columns, format {} needs [1, {}] "
+              "over {} (kv_heads {} x head_dim {})",
+              which, layer, p.prow, p.pcol, p.cols(), t.name, pcol, kv_dim, kv_heads, head_dim);
+  for (int32_t z : p.zero)
+    SINKQ_CHECK(z >= 0 && z < (1 << t.bits), "packed KV: zero point {} outside [0, {}]", z, (1 << t.bits) - 1);
+}
+
+}  // namespace
+
+PackedKvCache::PackedKvCache(PackedFormat format, int num_layers, int kv_heads, int head_dim, int64_t capacity,
+                             std::vector<quant::Params> static_k, std::vector<quant::Params> static_v)
+    : format_(format), layers_(num_layers), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity) {
+  const KvFormatTraits& t = kv_traits(format);
+  SINKQ_CHECK(num_layers > 0 && kv_heads > 0 && head_dim > 0 && capacity >= 0,
+              "packed KV: bad shape (layers {}, kv_heads {}, head_dim {}, capacity {})", num_layers, kv_heads,
+              head_dim, capacity);
+  SINKQ_CHECK(head_dim <= detail::kKvMaxHeadDim, "packed KV: head_dim {} is above the kernels' limit of {}", head_dim,
+              detail::kKvMaxHeadDim);
+  SINKQ_CHECK(t.bits == 8 || head_dim % 2 == 0,
+              "packed KV: {} needs an even head_dim (got {}): two 4-bit codes share a byte and every head "
+              "starts on a byte boundary",
+              t.name, head_dim);
+  if (is_static(t)) {
+    SINKQ_CHECK(static_k.size() == size_t(num_layers) && static_v.size() == size_t(num_layers),
+                "packed KV: static format {} needs calibrated K and V params for each of the {} layers (got {} "
+                "and {})",
+                t.name, num_layers, static_k.size(), static_v.size());
+  } else {
+    SINKQ_CHECK(static_k.empty() && static_v.empty(),
+                "packed KV: dynamic format {} takes no static params (scales come from every stored row)", t.name);
+  }
+  const int64_t rb = kv_row_bytes(t, kv_dim());
+  const int64_t np = kv_param_count(t, kv_heads, capacity);
+  parts_.resize(size_t(2 * num_layers));
+  for (int l = 0; l < num_layers; ++l) {
+    for (int v = 0; v < 2; ++v) {
+      Part& p = parts_[size_t(2 * l + v)];
+      p.codes.assign(size_t(capacity * rb), 0);
+      if (is_static(t)) {
+        const quant::Params& sp = v ? static_v[size_t(l)] : static_k[size_t(l)];
+        check_static(t, sp, kv_heads, head_dim, l, v ? "V" : "K");
+        p.scales = sp.scale;
+        p.zeros.assign(sp.zero.begin(), sp.zero.end());
+        static_.push_back(sp);
+      } else {
+        p.scales.assign(size_t(np), 0.0f);
+        if (!t.symmetric) p.zeros.assign(size_t(np), 0);
+      }
+    }
+  }
+}
+
+size_t PackedKvCache::bytes() const {
+  size_t b = 0;
+  for (const Part& p : parts_) b += p.codes.size() + 4 * p.scales.size() + p.zeros.size();
+  return b;
+}
+
+void PackedKvCache::store_part(Part& part, const quant::Params* fixed, int64_t row0, const float* x, int64_t T) {
+  const KvFormatTraits& t = info();
+  const quant::QuantSpec spec = kv_spec(format_, head_dim_);
+  const int64_t C = kv_dim();
+  quant::Params dyn;
+  if (!fixed) dyn = quant::compute_params(spec, x, T, C);
+  const quant::Params& p = fixed ? *fixed : dyn;
+  static thread_local std::vector<int8_t> q;
+  q.resize(size_t(T * C));
+  quant::quantize_to_int(spec, p, x, T, C, q.data());
+  const int64_t rb = kv_row_bytes(t, C);
+  for (int64_t i = 0; i < T; ++i) {
+    const int8_t* src = q.data() + i * C;
+    uint8_t* dst = part.codes.data() + (row0 + i) * rb;
+    if (t.bits == 8) {
+      for (int64_t j = 0; j < C; ++j) dst[j] = uint8_t(src[j]);
+    } else {
+      for (int64_t j = 0; j < C; j += 2) dst[j / 2] = detail::pack_nibbles(src[j], src[j + 1]);
+    }
+  }
+  if (fixed) return;
+  const int64_t e = per_row_entries(t, kv_heads_);
+  std::copy(p.scale.begin(), p.scale.end(), part.scales.begin() + row0 * e);
+  for (size_t k = 0; k < p.zero.size(); ++k) part.zeros[size_t(row0 * e) + k] = uint8_t(p.zero[k]);
+}
+
+void PackedKvCache::store(int layer, int64_t row0, const float* k, const float* v, int64_t T) {
+  SINKQ_CHECK(layer >= 0 && layer < layers_, "packed KV: layer {} out of range ({} layers)", layer, layers_);
+  SINKQ_CHECK(row0 >= 0 && T >= 0 && row0 + T <= capacity_,
+              "packed KV: rows [{}, {}) outside the capacity of {} rows", row0, row0 + T, capacity_);
+  if (T == 0) return;
+  const bool st = is_static(info());
+  store_part(parts_[size_t(2 * layer)], st ? &static_[size_t(2 * layer)] : nullptr, row0, k, T);
+  store_part(parts_[size_t(2 * layer + 1)], st ? &static_[size_t(2 * layer + 1)] : nullptr, row0, v, T);
+}
+
+void PackedKvCache::dequantize(int layer, bool value, int64_t row0, int64_t n, float* out) const {
+  SINKQ_CHECK(layer >= 0 && layer < layers_ && row0 >= 0 && n >= 0 && row0 + n <= capacity_,
+              "packed KV: dequantize of layer {} rows [{}, {}) is out of range", layer, row0, row0 + n);
+  if (n == 0) return;
+  const KvFormatTraits& t = info();
+  const Part& part = parts_[size_t(2 * layer + (value ? 1 : 0))];
+  const int64_t C = kv_dim(), rb = kv_row_bytes(t, C);
+  // The Params of these rows, then quant::dequantize itself (the one definition of x̂).
+  quant::Params p;
+  if (is_static(t)) {
+    p = static_[size_t(2 * layer + (value ? 1 : 0))];
+  } else {
+    const int64_t e = per_row_entries(t, kv_heads_);
+    p.granularity = t.granularity;
+    p.bits = t.bits;
+    p.symmetric = t.symmetric;
+    p.prow = n;
+    p.pcol = e;
+    p.col_block = C / e;
+    p.scale.assign(part.scales.begin() + row0 * e, part.scales.begin() + (row0 + n) * e);
+    if (!t.symmetric) p.zero.assign(part.zeros.begin() + row0 * e, part.zeros.begin() + (row0 + n) * e);
+  }
+  std::vector<int8_t> q(size_t(n * C));
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < C; ++j)
+      q[size_t(i * C + j)] = int8_t(detail::kv_code(part.codes.data() + (row0 + i) * rb, int(j), t.bits));
+  quant::dequantize(kv_spec(format_, head_dim_), p, q.data(), n, C, out);
+}
+
+KvRows PackedKvCache::rows(int layer, bool value, int head) const {
+  SINKQ_ASSERT(layer >= 0 && layer < layers_ && head >= 0 && head < kv_heads_);
+  const KvFormatTraits& t = info();
+  const Part& part = parts_[size_t(2 * layer + (value ? 1 : 0))];
+  KvRows r;
+  r.bits = t.bits;
+  r.ld = kv_row_bytes(t, kv_dim());
+  r.codes = part.codes.data() + int64_t(head) * head_dim_ * t.bits / 8;
+  int64_t off = 0;
+  switch (t.granularity) {
+    case quant::Granularity::PerHead: off = head, r.ls = kv_heads_; break;
+    case quant::Granularity::PerRow: off = 0, r.ls = 1; break;
+    case quant::Granularity::PerHeadShared: off = head, r.ls = 0; break;
+    default: off = 0, r.ls = 0; break;
+  }
+  r.scale = part.scales.data() + off;
+  r.zero = t.symmetric ? nullptr : part.zeros.data() + off;
+  return r;
+}
+
+namespace {
+
+// Rows r advanced to body row j0.
+KvRows from(KvRows r, int64_t j0) {
+  r.codes += j0 * r.ld;
+  r.scale += j0 * r.ls;
+  if (r.zero) r.zero += j0 * r.ls;
+  return r;
+}
+
+void check_call(const AttnShape& s, const KvSegment& prefix, const PackedKvCache& c, int layer, int64_t n_past,
+                int64_t T) {
+  SINKQ_CHECK(s.n_heads > 0 && s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0 && s.sliding_window >= 0,
+              "packed KV attention: {} heads over {} kv heads", s.n_heads, s.n_kv_heads);
+  SINKQ_CHECK(s.n_kv_heads == c.kv_heads() && s.head_dim == c.head_dim(),
+              "packed KV attention: shape {} kv heads x {} does not match the cache's {} x {}", s.n_kv_heads,
+              s.head_dim, c.kv_heads(), c.head_dim());
+  SINKQ_CHECK(layer >= 0 && layer < c.num_layers(), "packed KV attention: layer {} out of range", layer);
+  SINKQ_CHECK(n_past >= 0 && T >= 0 && n_past + T <= c.capacity() && prefix.rows >= 0,
+              "packed KV attention: rows [0, {}) outside the capacity of {}", n_past + T, c.capacity());
+}
+
+int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
+
+}  // namespace
+
+void attention_packed(const AttnShape& s, const float* q, const KvSegment& prefix, const PackedKvCache& c,
+                      int layer, int64_t n_past, int64_t T, float* out) {
+  check_call(s, prefix, c, layer, n_past, T);
+  const Isa isa = active_isa();
+  const sinkq::detail::KernelTable& k = sinkq::detail::kernels_for(isa);
+  const detail::KvTable& kv = detail::kv_table_for(isa);
+  const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t P = prefix.rows;
+  const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // prefix row stride (floats)
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  std::vector<KvRows> kr(size_t(s.n_kv_heads)), vr(size_t(s.n_kv_heads));
+  for (int g = 0; g < s.n_kv_heads; ++g) {
+    kr[size_t(g)] = c.rows(layer, false, g);
+    vr[size_t(g)] = c.rows(layer, true, g);
+  }
+  // Work items: (token t, kv head g) with its `group` query heads, so that every body row is
+  // decoded once per group; each head's scores, softmax and sums are still its own.
+  const int64_t pairs = T * s.n_kv_heads;
+  const int64_t max_keys = P + n_past + T;
+  const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
+  const int64_t ldq = (D + 15) / 16 * 16;  // padded q rows (KvTable)
+  const int nt = threads_for(double(pairs) * double(keys) * D * (4.0 + 2.0 * group) / 15.0);
+  const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 8));
+#pragma omp parallel num_threads(nt)
+  {
+    static thread_local std::vector<float> sc;    // scores of the group's heads: [group, keys]
+    static thread_local std::vector<float> acc;   // the body segment's weighted sums: [group, D]
+    static thread_local std::vector<float> qpad;  // the group's q rows, zero-padded: [group, ldq]
+    static thread_local std::vector<float> inv;   // 1 / softmax sum per head: [group]
+    if (sc.size() < size_t(group * keys)) sc.resize(size_t(group * keys));
+    if (acc.size() < size_t(group * D)) acc.resize(size_t(group * D));
+    if (qpad.size() < size_t(group * ldq)) qpad.resize(size_t(group * ldq));
+    if (inv.size() < size_t(group)) inv.resize(size_t(group));
+#pragma omp for schedule(dynamic, chunk)
+    for (int64_t p = 0; p < pairs; ++p) {
+      const int64_t t = p / s.n_kv_heads;
+      const int g = int(p % s.n_kv_heads);
+      const int64_t hi = P + n_past + t;  // absolute position of this query
+      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
+      const int64_t np = std::max<int64_t>(0, P - lo);  // visible prefix rows [lo, P)
+      const int64_t blo = std::max<int64_t>(0, lo - P);  // visible body rows [blo, hi - P]
+      const int64_t nb = hi - P - blo + 1;
+      const int64_t n = np + nb;
+      const float* q0 = q + (t * H + int64_t(g) * group) * D;  // the group's heads, [group, D]
+      float* o0 = out + (t * H + int64_t(g) * group) * D;
+      for (int i = 0; i < group; ++i) {
+        std::copy(q0 + i * D, q0 + (i + 1) * D, qpad.data() + i * ldq);
+        std::fill(qpad.data() + i * ldq + D, qpad.data() + (i + 1) * ldq, 0.0f);
+        if (np > 0) k.scores(q0 + i * D, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data() + i * n);
+      }
+      kv.scores(qpad.data(), ldq, group, from(kr[size_t(g)], blo), nb, D, scale, sc.data() + np, n);
+      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      if (np == 0) {
+        kv.weighted_sum(sc.data(), n, group, from(vr[size_t(g)], blo), nb, D, inv.data(), o0);
+        continue;
+      }
+      kv.weighted_sum(sc.data() + np, n, group, from(vr[size_t(g)], blo), nb, D, inv.data(), acc.data());
+      for (int i = 0; i < group; ++i) {
+        float* o = o0 + i * D;
+        k.weighted_sum(sc.data() + i * n, prefix.v + lo * ldkv + int64_t(g) * D, ldkv, np, D, inv[size_t(i)], o);
+        for (int d = 0; d < D; ++d) o[d] += acc[size_t(i * D + d)];
+      }
+    }
+  }
+}
+
+namespace ref {
+
+void attention_packed(const AttnShape& s, const float* q, const KvSegment& prefix, const PackedKvCache& c,
+                      int layer, int64_t n_past, int64_t T, float* out) {
+  check_call(s, prefix, c, layer, n_past, T);
+  const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, group = H / Hkv;
+  const int64_t P = prefix.rows;
+  const double scale = double(float(1.0 / std::sqrt(double(D))));  // the fp32 scale, as ops_ref
+  // Element d of absolute position j (prefix: fp32; body: s_j·l_jd, exact in double).
+  auto elem = [&](bool value, int64_t j, int g, int d) -> double {
+    if (j < P) return double((value ? prefix.v : prefix.k)[j * Hkv * D + g * D + d]);
+    const KvRows r = c.rows(layer, value, g);
+    const int64_t b = j - P;
+    const int l = detail::kv_code(r.codes + b * r.ld, d, r.bits) - detail::kv_zc(r, b);
+    return double(r.scale[b * r.ls]) * double(l);
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t hi = P + n_past + t;
+    const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
+    for (int h = 0; h < H; ++h) {
+      const float* qv = q + (t * H + h) * D;
+      const int g = h / group;
+      std::vector<double> p(size_t(hi - lo + 1));
+      double m = -INFINITY;
+      for (int64_t j = lo; j <= hi; ++j) {
+        double a = 0.0;
+        for (int d = 0; d < D; ++d) a += double(qv[d]) * elem(false, j, g, d);
+        p[size_t(j - lo)] = a * scale;
+        m = std::max(m, p[size_t(j - lo)]);
+      }
+      double sum = 0.0;
+      for (double& v : p) sum += v = std::exp(v - m);
+      for (int d = 0; d < D; ++d) {
+        double a = 0.0;
+        for (int64_t j = lo; j <= hi; ++j) a += p[size_t(j - lo)] * elem(true, j, g, d);
+        out[(t * H + h) * D + d] = float(a / sum);
+      }
+    }
+  }
+}
+
+}  // namespace ref
+
+}  // namespace sinkq::lowbit

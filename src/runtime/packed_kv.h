@@ -1,0 +1,82 @@
+// sinkq/runtime/packed_kv.h — the real quantized KV cache of the forward pass: the body stored
+// int8 / int4 (lowbit/kv_kernels.h PackedKvCache), attention over [fp32 prefix; packed body].
+//
+// attach_packed_kv(fwd, scheme) gives a Forward a PackedKvStore (model/kv_store.h) of the same
+// capacity in place of its fp32 KVCache (whose max_ctx rows are never allocated again). New K/V
+// rows are computed in fp32 scratch, pass the k / v site hooks (online rotations such as R3 run
+// there, before storage), and are quantized into the store with the one quantizer
+// (quant/quantizer.h) — the codes and scales the simulator's KV hooks (quant/sim.h KvSim) produce
+// when they fake-quantize the fp32 cache. The KV prefix (model/kv_prefix.h) stays fp32 and is
+// never quantized; reset() keeps it.
+//
+// Scheme -> format (formats.h kKvFormats):
+//   dynamic per head   kv{8,4}_per_head[_asym]       (sim: --kv-quant dynamic --kv-gran head)
+//   dynamic per token  kv{8,4}_per_token[_asym]      (--kv-gran token)
+//   static per head    kv{8,4}_static_head[_asym]    (--kv-quant static --kv-gran head)
+//   static per tensor  kv{8,4}_static_tensor[_asym]  (--kv-gran tensor)
+// Anything else (other bit widths, int4 with an odd head_dim, missing or mismatched static params)
+// is a sinkq::Error that says what and why: never a fallback to fp32 or to simulation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lowbit/formats.h"
+#include "lowbit/kv_kernels.h"
+#include "model/kv_store.h"
+#include "model/model.h"
+#include "quant/sim.h"
+
+namespace sinkq::runtime {
+
+struct KvScheme {
+  int bits = 8;                                                   // 8 or 4
+  quant::KvMode mode = quant::KvMode::Dynamic;
+  quant::KvGranularity granularity = quant::KvGranularity::Head;  // dynamic: token | head;
+                                                                  // static: head | tensor
+  bool symmetric = true;
+  // Static only: the calibrated quantizers of sites k and v, exactly one per (layer, site) for
+  // every layer (e.g. quant::SimModel::statics; entries of other sites are ignored). Their spec
+  // must be this scheme's (bits, symmetry, per_head_shared / per_tensor); the clip ratio is
+  // already in the params.
+  std::vector<quant::StaticQuant> statics;
+
+  // Throws sinkq::Error saying what the packed cache cannot run (model-dependent checks are made
+  // when the store is built).
+  void validate() const;
+  std::string describe() const;  // e.g. "KV4 dynamic per-head sym (kv4_per_head)"
+  // The KV part of a simulator config (bits, mode, granularity, symmetry) with its calibrated
+  // statics (entries of sites other than k / v are dropped).
+  static KvScheme from_sim(const quant::KvSim& kv, const std::vector<quant::StaticQuant>& statics = {});
+};
+
+// The KV format of a scheme (validates it).
+lowbit::PackedFormat kv_format(const KvScheme& s);
+
+class PackedKvStore final : public KvStore {
+ public:
+  // A body of `capacity` rows for model config `c` (throws sinkq::Error as described above).
+  PackedKvStore(const ModelConfig& c, int64_t capacity, const KvScheme& s);
+
+  int num_layers() const override { return cache_.num_layers(); }
+  int64_t kv_dim() const override { return cache_.kv_dim(); }
+  int64_t capacity() const override { return cache_.capacity(); }
+  size_t bytes() const override { return cache_.bytes(); }
+  std::string describe() const override { return describe_; }
+  void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) override;
+  void attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
+                 int64_t T, float* out) const override;
+  const lowbit::PackedKvCache& cache() const { return cache_; }
+
+ private:
+  lowbit::PackedKvCache cache_;
+  std::string describe_;
+};
+
+// Replaces fwd's body cache by a PackedKvStore of the same capacity (Forward::set_kv_store: only
+// between sequences). The Forward's hooks are untouched.
+void attach_packed_kv(Forward& fwd, const KvScheme& scheme);
+
+}  // namespace sinkq::runtime

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "core/dtype.h"
 #include "kernels/cpu_features.h"
@@ -40,12 +41,21 @@ struct KernelTable {
   void (*silu_mul)(float* g, const float* u, int64_t n);
   // Plain fp32 sum of x[0, n) (used by the memory-bandwidth probe).
   float (*sum)(const float* x, int64_t n);
+  // The Hadamard transform of hadamard_kernels.h on rows [0, rows) of x[rows, pow2 * m], in place;
+  // bit-identical to ref::hadamard_rows on every ISA (hadamard_simd.inc says why). m <= 256.
+  void (*hadamard)(float* x, int64_t rows, int64_t pow2, int m, const float* base, float scale,
+                   const float* pre, const float* post);
   // matmul uses gemv for T <= gemv_max_t and sgemm above. Measured on one Zen core (out x in from
   // 2048x2048 to 1024x14336): the weight-streaming gemv beats OpenBLAS sgemm (plus widening for
   // BF16/F16) up to T = 64 with AVX-512 (ties for F32 at T = 64) and T ~ 16 with AVX2; sgemm has
   // a large fixed cost at small T and widening a BF16 matrix costs as much as ~30 GEMV tokens.
   int64_t gemv_max_t;
 };
+
+// Threads for a job estimated at `ns` nanoseconds on one core (1 below ~20 us), and part `i` of
+// `n` of [0, total) with boundaries on multiples of `align`: the dispatchers' threading policy.
+int threads_for(double ns);
+std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align);
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();

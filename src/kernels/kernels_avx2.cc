@@ -59,6 +59,18 @@ struct VT {
     s = _mm_max_ss(s, _mm_shuffle_ps(s, s, 1));
     return _mm_cvtss_f32(s);
   }
+  // One Walsh-Hadamard butterfly stage inside the vector, pairs (i, i + H) for H < W:
+  // lane i gets v[i] + v[i+H] if bit H of i is clear, else v[i-H] - v[i] (the same operands in
+  // the same order as the scalar a + b, a - b; sw holds the partner lanes).
+  template <int H> static V bfly(V v) {
+    static_assert(H == 1 || H == 2 || H == 4);
+    V sw;
+    if constexpr (H == 1) sw = _mm256_permute_ps(v, 0xB1);
+    else if constexpr (H == 2) sw = _mm256_permute_ps(v, 0x4E);
+    else sw = _mm256_permute2f128_ps(v, v, 0x01);
+    constexpr int hi = H == 1 ? 0xAA : H == 2 ? 0xCC : 0xF0;  // lanes with bit H set
+    return _mm256_blend_ps(_mm256_add_ps(v, sw), _mm256_sub_ps(sw, v), hi);
+  }
   // exp(x): n = round(x log2 e), r = x - n ln2 (two-constant split, |r| <= ln2/2), degree-7
   // Taylor polynomial (truncation < 6e-9 relative), times 2^n built in the exponent field.
   // About 2-3 ulp. x < -87.33 (result below FLT_MIN) gives 0; x > 88 is clamped (1.65e38);

@@ -45,6 +45,17 @@ struct VT {
   static V max(V a, V b) { return _mm512_max_ps(a, b); }
   static float hsum(V v) { return _mm512_reduce_add_ps(v); }
   static float hmax(V v) { return _mm512_reduce_max_ps(v); }
+  // One in-vector butterfly stage, H < W (see kernels_avx2.cc).
+  template <int H> static V bfly(V v) {
+    static_assert(H == 1 || H == 2 || H == 4 || H == 8);
+    V sw;
+    if constexpr (H == 1) sw = _mm512_permute_ps(v, 0xB1);
+    else if constexpr (H == 2) sw = _mm512_permute_ps(v, 0x4E);
+    else if constexpr (H == 4) sw = _mm512_shuffle_f32x4(v, v, 0xB1);
+    else sw = _mm512_shuffle_f32x4(v, v, 0x4E);
+    constexpr __mmask16 hi = H == 1 ? 0xAAAA : H == 2 ? 0xCCCC : H == 4 ? 0xF0F0 : 0xFF00;
+    return _mm512_mask_sub_ps(_mm512_add_ps(v, sw), hi, sw, v);
+  }
   // exp(x): as in kernels_avx2.cc, but 2^n is applied with scalef, which also produces the
   // subnormal range correctly; x is clamped to [-104, 88.7] (exp(-104) rounds to 0).
   static V exp(V x) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/hadamard_kernels.h"
 #include "kernels/kernel_table.h"
 
 namespace sinkq::detail::scalar {
@@ -39,6 +40,9 @@ struct VT {
 
 }  // namespace sinkq::detail::scalar
 
+// The scalar Hadamard transform is the reference itself (bit-identical by definition; its loops
+// vectorize for SSE2, which the 1-lane tiles of hadamard_simd.inc would not).
+#define SINKQ_HADAMARD ::sinkq::ref::hadamard_rows
 #define SINKQ_KNS scalar
 #define SINKQ_KTABLE kernels_scalar
 #include "kernels/simd_kernels.inc"

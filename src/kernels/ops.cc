@@ -35,12 +35,6 @@ const KernelTable& kernels_for(Isa isa) {
 
 const KernelTable& kernels() { return kernels_for(active_isa()); }
 
-}  // namespace detail
-
-namespace {
-
-using detail::KernelTable;
-
 // Threads for a job estimated at `ns` nanoseconds on one core: below ~20 us a parallel region
 // (1-2 us of fork/join when the cores are idle, far more when they are shared) is not worth it.
 // The estimates below are rough single-core rates on a current x86 core.
@@ -53,6 +47,14 @@ std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align) {
   const int64_t b = std::min(total, per * i), e = std::min(total, b + per);
   return {b, e};
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::KernelTable;
+using detail::split;
+using detail::threads_for;
 
 // Rows per widening block of the BF16/F16 sgemm path: ~2 MiB of fp32 scratch per thread (large
 // enough that sgemm's per-call packing of x is amortised, small enough to stay in L3), at least

@@ -1,4 +1,5 @@
-// sinkq/quant/hadamard.cc — size factorization, explicit matrices and the fast transform.
+// sinkq/quant/hadamard.cc — size factorization, explicit matrices, and the fast transform (the
+// kernels layer's hadamard_rows with the base matrices built here).
 #include "quant/hadamard.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "kernels/hadamard_kernels.h"
 
 namespace sinkq::quant {
 
@@ -15,8 +17,8 @@ namespace {
 
 bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-// Base matrix m as floats (and its transpose), cached: the m-part of the transform multiplies
-// by ±1.0f (exact) so the compiler can vectorize the inner loop.
+// Base matrix m as floats (and its transpose), cached: the kernel's m-step multiplies by ±1.0f
+// (exact), so its fused multiply-adds round exactly like the reference's multiply then add.
 struct BaseF {
   std::vector<float> h, ht;  // [m, m] row-major: H_m and H_mᵀ
 };
@@ -42,47 +44,16 @@ const BaseF& base_f(int m) {
   return tables[0];
 }
 
-// One row of length n = P·m viewed as X[P, m]: X ← Hₚᵀ·X·B / √n with B = H_m (forward) or
-// H_mᵀ (inverse). Hₚ (Sylvester) is symmetric, so the same butterflies serve both directions.
-void rotate_row(float* x, int64_t P, int m, const std::vector<float>& B, float norm, float* tmp) {
-  if (m > 1) {
-    for (int64_t a = 0; a < P; ++a) {  // y = x_a · B, accumulated in order r = 0..m-1
-      float* xa = x + a * m;
-      for (int c = 0; c < m; ++c) tmp[c] = 0.0f;
-      for (int r = 0; r < m; ++r) {
-        const float v = xa[r];
-        const float* br = B.data() + size_t(r) * size_t(m);
-        for (int c = 0; c < m; ++c) tmp[c] += v * br[c];
-      }
-      for (int c = 0; c < m; ++c) xa[c] = tmp[c];
-    }
-  }
-  // Radix-2 FWHT over the P rows of X: natural (Sylvester) order, log2(P) passes. Rows
-  // [i, i+h) and [i+h, i+2h) are two contiguous spans of h·m floats, so the butterflies run
-  // over flat arrays (vectorizable for any m, including m = 1).
-  for (int64_t h = 1; h < P; h *= 2) {
-    const int64_t len = h * m;
-    for (int64_t i = 0; i < P; i += 2 * h) {
-      float* u = x + i * m;
-      float* w = u + len;
-      for (int64_t c = 0; c < len; ++c) {
-        const float a = u[c], b = w[c];
-        u[c] = a + b;
-        w[c] = a - b;
-      }
-    }
-  }
-  const int64_t n = P * m;
-  for (int64_t k = 0; k < n; ++k) x[k] *= norm;
-}
-
-void rotate(float* x, int64_t rows, int64_t n, bool inverse) {
+// x[rows, n] ← x·D_pre·(H_P ⊗ B)/√n·D_post through the kernel (kernels/hadamard_kernels.h: an
+// m-step X·B per block of m, then radix-2 butterflies over the P blocks, then the scale; every
+// ISA bit-identical). B = H_m (forward) or H_mᵀ (inverse); H_P (Sylvester) is symmetric, so the
+// same butterflies serve both directions.
+void rotate(float* x, int64_t rows, int64_t n, bool inverse, const float* pre, const float* post) {
   SINKQ_CHECK(rows >= 0, "hadamard: rows = {} is negative", rows);
   const HadamardFactors f = hadamard_factors(n);
   const BaseF& b = base_f(f.m);
   const float norm = float(1.0 / std::sqrt(double(n)));  // exact for n = 4^j
-  std::vector<float> tmp(size_t(f.m));
-  for (int64_t r = 0; r < rows; ++r) rotate_row(x + r * n, f.pow2, f.m, inverse ? b.ht : b.h, norm, tmp.data());
+  hadamard_rows(x, rows, f.pow2, f.m, (inverse ? b.ht : b.h).data(), norm, pre, post);
 }
 
 }  // namespace
@@ -119,8 +90,10 @@ std::vector<float> hadamard_matrix(int64_t n) {
   return H;
 }
 
-void fwht_inplace(float* x, int64_t rows, int64_t n) { rotate(x, rows, n, false); }
-void fwht_inverse_inplace(float* x, int64_t rows, int64_t n) { rotate(x, rows, n, true); }
+void fwht_inplace(float* x, int64_t rows, int64_t n) { rotate(x, rows, n, false, nullptr, nullptr); }
+void fwht_inverse_inplace(float* x, int64_t rows, int64_t n) {
+  rotate(x, rows, n, true, nullptr, nullptr);
+}
 
 RandomHadamard::RandomHadamard(int64_t n, uint64_t seed) : n_(n) {
   hadamard_factors(n);  // validates n
@@ -129,17 +102,11 @@ RandomHadamard::RandomHadamard(int64_t n, uint64_t seed) : n_(n) {
   for (float& s : signs_) s = (rng() >> 63) ? -1.0f : 1.0f;
 }
 
-void RandomHadamard::forward(float* x, int64_t rows) const {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < n_; ++k) x[r * n_ + k] *= signs_[size_t(k)];
-  fwht_inplace(x, rows, n_);
-}
+// The signs are fused into the kernel's first load (forward) or last store (inverse): the same
+// exact products x·(±1) as multiplying before / after.
+void RandomHadamard::forward(float* x, int64_t rows) const { rotate(x, rows, n_, false, signs_.data(), nullptr); }
 
-void RandomHadamard::inverse(float* x, int64_t rows) const {
-  fwht_inverse_inplace(x, rows, n_);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t k = 0; k < n_; ++k) x[r * n_ + k] *= signs_[size_t(k)];
-}
+void RandomHadamard::inverse(float* x, int64_t rows) const { rotate(x, rows, n_, true, nullptr, signs_.data()); }
 
 std::vector<float> RandomHadamard::matrix() const {
   std::vector<float> Q = hadamard_matrix(n_);

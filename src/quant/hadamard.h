@@ -44,7 +44,9 @@ const std::vector<int8_t>& hadamard_base(int m);
 // folding rotations into weights; O(n²) memory.
 std::vector<float> hadamard_matrix(int64_t n);
 
-// Rotates each row of x[rows, n] in place: x ← x·H_n / √n.
+// Rotates each row of x[rows, n] in place: x ← x·H_n / √n. Runs kernels/hadamard_kernels.h's
+// hadamard_rows (AVX2 / AVX-512, bit-identical to the scalar path on every ISA; threaded over rows
+// for large jobs, nested calls from a parallel region stay on their thread).
 void fwht_inplace(float* x, int64_t rows, int64_t n);
 // The inverse: x ← x·H_nᵀ / √n (H_n/√n is orthogonal, so this undoes fwht_inplace).
 void fwht_inverse_inplace(float* x, int64_t rows, int64_t n);

@@ -9,7 +9,7 @@
 //
 // Base matrices, all constructed here from their definitions (no tables copied; docs/quant.md):
 //   m = 1                      [1]
-//   m = 12, 20, 28, 60, 108, 140   Paley I   for q = 11, 19, 27, 59, 107, 139 (q ≡ 3 mod 4,
+//   m = 12, 20, 28, 44, 60, 108, 140   Paley I   for q = 11, 19, 27, 43, 59, 107, 139 (q ≡ 3 mod 4,
 //                              q = 27 over GF(27)): H = I + [[0, 1ᵀ], [-1, Q]], Q_ab = χ(a - b)
 //   m = 36, 52                 Paley II  for q = 17, 25 (q ≡ 1 mod 4, q = 25 over GF(25))
 //   m = 40                     Sylvester doubling of m = 20 (so 40·2^k is the same matrix as
@@ -26,7 +26,8 @@
 
 namespace sinkq::quant {
 
-inline constexpr std::array<int, 12> kHadamardBaseSizes = {1, 12, 20, 28, 36, 40, 52, 60, 108, 140, 156, 172};
+// 44: TinyLlama-1.1B / the 1B benchmark shape's intermediate 5632 = 2^7·44.
+inline constexpr std::array<int, 13> kHadamardBaseSizes = {1, 12, 20, 28, 36, 40, 44, 52, 60, 108, 140, 156, 172};
 
 // n = pow2 · m with the smallest supported m (pow2 a power of two).
 struct HadamardFactors {

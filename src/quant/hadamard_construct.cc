@@ -204,6 +204,7 @@ Mat build(int m) {
     case 28: return paley1(3, 3);
     case 36: return paley2(17, 1);
     case 40: return doubled(paley1(19, 1), 20);
+    case 44: return paley1(43, 1);
     case 52: return paley2(5, 2);
     case 60: return paley1(59, 1);
     case 108: return paley1(107, 1);

@@ -431,9 +431,9 @@ TEST(RotateConfig, CheckRotatableNamesTheDimension) {
   EXPECT_NE(e.find("2^k · m"), std::string::npos) << e;
   EXPECT_NE(e.find("172"), std::string::npos) << e;  // the supported base sizes are listed
   c.hidden_size = 64;
-  c.intermediate_size = 176;  // 16·11
+  c.intermediate_size = 272;  // 16·17
   e = error_of([&] { check_rotatable(c); });
-  EXPECT_NE(e.find("intermediate_size = 176"), std::string::npos) << e;
+  EXPECT_NE(e.find("intermediate_size = 272"), std::string::npos) << e;
   c.intermediate_size = 172;
   c.head_dim = 6;
   e = error_of([&] { check_rotatable(c); });

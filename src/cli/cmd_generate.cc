@@ -1,9 +1,13 @@
 // sinkq generate -m DIR -p STR -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [--json]
+//                [--prefix SPEC [--prefix-source fp|quant]] + the quantization flags (cli/quant_flags.h)
+// With a prefix, the prefix KV sits in front of the prompt (positions continue after it); when the
+// prefix holds [BOS] the prompt is encoded without BOS (a second [BOS] would be a new sink).
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/quant_flags.h"
 #include "eval/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -30,22 +34,37 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--ctx", o->ctx, "KV cache size in tokens (default: prompt + n)");
   cmd->add_flag("--stop-on-bos", o->stop_on_bos,
                 "Also stop when the model predicts BOS (llama2.c-trained models such as stories260K end stories that way)");
+  const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
-  cmd->callback([o] {
+  cmd->callback([o, qf] {
     apply_threads(*o);
     validate(o->s);
     SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
+    qf->config();  // bad quantization / prefix flags fail before anything is loaded
     const auto model = Model::load(o->model);
     const auto tok = Tokenizer::load(o->model);
-    const std::vector<int32_t> prompt = tok->encode(o->prompt);
-    SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty and the tokenizer adds no BOS: nothing to condition on");
+    const QuantPipeline qp = run_quant_pipeline(*qf, model, *tok, "generate");
+    const quant::SimModel& sim = qp.sim;
+    const int64_t P = sim.prefix ? sim.prefix->size() : 0;
+    EncodeOptions enc;
+    enc.add_special = !(sim.prefix && sim.cfg.prefix.strips_bos());  // the prefix carries [BOS]
+    const std::vector<int32_t> prompt = tok->encode(o->prompt, enc);
+    SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty{}: nothing to condition on",
+                sim.prefix ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
     const int64_t need = int64_t(prompt.size()) + o->n;
     const int64_t max_pos = model->config().max_position_embeddings;
-    SINKQ_CHECK(need <= max_pos, "prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
-                prompt.size(), o->n, need, max_pos);
+    if (P > 0)
+      SINKQ_CHECK(P + need <= max_pos, "the {}-token prefix (--prefix {}) + prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
+                  P, sim.cfg.prefix.spec, prompt.size(), o->n, P + need, max_pos);
+    else
+      SINKQ_CHECK(need <= max_pos, "prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
+                  prompt.size(), o->n, need, max_pos);
     const int64_t ctx = o->ctx > 0 ? o->ctx : need;
     SINKQ_CHECK(ctx >= need, "--ctx {} is smaller than prompt + -n = {}", ctx, need);
-    Forward fwd(model, ctx);
+    SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix (--prefix {}) exceeds the model's {} positions: use --ctx {} or less",
+                ctx, P, sim.cfg.prefix.spec, max_pos, max_pos - P);
+    Forward fwd(sim.model, ctx);
+    sim.attach(fwd);
     GenerateOptions go;
     go.max_new_tokens = o->n;
     go.sampler = o->s;
@@ -68,6 +87,8 @@ void register_generate(CLI::App& app) {
     const double pre_tps = r.prefill_seconds > 0 ? double(prompt.size()) / r.prefill_seconds : 0.0;  // -n 0: no prefill
     if (o->json) {
       print_json({{"prompt_ids", prompt},
+                  {"prefix", qp.prefix_json},
+                  {"config", sim.to_json()},
                   {"generated_ids", r.generated},
                   {"text", tok->decode(r.generated)},
                   {"stopped", r.stopped},

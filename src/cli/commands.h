@@ -15,6 +15,8 @@ void register_ppl(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_analyze(CLI::App& app);
 void register_prefix(CLI::App& app);
+void register_quantize(CLI::App& app);
+void register_ladder(CLI::App& app);
 
 // Flags every model command shares, declared once here.
 struct CommonFlags {

@@ -16,6 +16,8 @@ int main(int argc, char** argv) {
   sinkq::cli::register_bench(app);
   sinkq::cli::register_analyze(app);
   sinkq::cli::register_prefix(app);
+  sinkq::cli::register_quantize(app);
+  sinkq::cli::register_ladder(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -60,7 +60,7 @@ std::optional<int64_t> json_int(const json& v) {
 // One tensor entry of the header -> TensorInfo (data pointer filled in by the caller).
 // `begin`/`end` are returned through out-params for the overlap check.
 TensorInfo parse_entry(const std::string& file, const std::string& name, const json& e,
-                       uint64_t data_size, uint64_t& begin, uint64_t& end) {
+                       uint64_t data_size, uint64_t& begin, uint64_t& end, bool allow_raw) {
   auto bad = [&](std::string_view what) { fail("{}: tensor '{}': {}", file, name, what); };
   if (!e.is_object()) bad(fmt::format("entry must be an object, got {}", e.type_name()));
   for (const char* key : {"dtype", "shape", "data_offsets"})
@@ -73,13 +73,17 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const j
   if (!jd.is_string()) bad("'dtype' must be a string");
   const auto ds = jd.get<std::string>();
   const auto dt = parse_dtype(ds);
-  if (!dt) {
+  size_t elem = dt ? dtype_size(*dt) : 0;
+  if (!dt && allow_raw && raw_dtype_size(ds) != 0) {
+    t.raw_dtype = ds;
+    elem = raw_dtype_size(ds);
+  } else if (!dt) {
     if (is_other_safetensors_dtype(ds))
       bad(fmt::format("dtype {} is valid safetensors but not supported by sinkq (supported: F32, "
                       "F16, BF16)", ds));
     bad(fmt::format("unknown dtype '{}'", ds));
   }
-  t.dtype = *dt;
+  if (dt) t.dtype = *dt;
 
   const json& js = e["shape"];
   if (!js.is_array()) bad("'shape' must be an array of integers");
@@ -93,7 +97,7 @@ TensorInfo parse_entry(const std::string& file, const std::string& name, const j
     overflow |= __builtin_mul_overflow(numel, uint64_t(*v), &numel);
   }
   uint64_t nbytes = 0;
-  overflow |= __builtin_mul_overflow(numel, uint64_t(dtype_size(t.dtype)), &nbytes);
+  overflow |= __builtin_mul_overflow(numel, uint64_t(elem), &nbytes);
   if (overflow) bad(fmt::format("shape {} overflows", js.dump()));
 
   const json& jo = e["data_offsets"];
@@ -125,7 +129,13 @@ int64_t TensorInfo::numel() const {
 
 std::string TensorInfo::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+size_t raw_dtype_size(std::string_view name) {
+  if (name == "U8" || name == "I8") return 1;
+  if (name == "I32") return 4;
+  return 0;
+}
+
+std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, bool allow_raw) {
   auto f = std::make_shared<SafetensorsFile>();
   f->map_ = MappedFile::open(path);
   const uint8_t* base = f->map_.data();
@@ -175,7 +185,7 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) 
       continue;
     }
     uint64_t b = 0, en = 0;
-    TensorInfo t = parse_entry(path, name, e, data_size, b, en);
+    TensorInfo t = parse_entry(path, name, e, data_size, b, en, allow_raw);
     t.data = data + b;
     spans.push_back({b, en, f->tensors_.size()});
     f->tensors_.push_back(std::move(t));
@@ -212,12 +222,12 @@ void add_file(std::map<std::string, const TensorInfo*>& by_name, const Safetenso
 
 }  // namespace
 
-TensorStore TensorStore::open_files(const std::vector<std::string>& paths) {
+TensorStore TensorStore::open_files(const std::vector<std::string>& paths, bool allow_raw) {
   SINKQ_CHECK(!paths.empty(), "TensorStore::open_files: no files given");
   TensorStore s;
   s.source_ = paths.size() == 1 ? paths[0] : fmt::format("{}", fmt::join(paths, ", "));
   for (const auto& p : paths) {
-    s.files_.push_back(SafetensorsFile::open(p));
+    s.files_.push_back(SafetensorsFile::open(p, allow_raw));
     add_file(s.by_name_, *s.files_.back());
   }
   return s;
@@ -321,21 +331,27 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
       SINKQ_CHECK(d >= 0, "{}: tensor '{}': negative dimension {}", path, t.name, d);
       numel *= uint64_t(d);
     }
-    SINKQ_CHECK(numel * dtype_size(t.dtype) == t.bytes.size(),
+    SINKQ_CHECK(t.raw_dtype.empty() || raw_dtype_size(t.raw_dtype) != 0,
+                "{}: tensor '{}': unknown raw dtype '{}' (U8, I8, I32)", path, t.name, t.raw_dtype);
+    const size_t elem = t.raw_dtype.empty() ? dtype_size(t.dtype) : raw_dtype_size(t.raw_dtype);
+    SINKQ_CHECK(numel * elem == t.bytes.size(),
                 "{}: tensor '{}': shape [{}] of {} needs {} bytes, got {}", path, t.name,
-                fmt::join(t.shape, ", "), dtype_name(t.dtype), numel * dtype_size(t.dtype),
-                t.bytes.size());
+                fmt::join(t.shape, ", "), t.raw_dtype.empty() ? dtype_name(t.dtype) : t.raw_dtype,
+                numel * elem, t.bytes.size());
     order.push_back(&t);
   }
-  std::sort(order.begin(), order.end(), [](const TensorToWrite* a, const TensorToWrite* b) {
-    const size_t sa = dtype_size(a->dtype), sb = dtype_size(b->dtype);
+  auto elem_size = [](const TensorToWrite* t) {
+    return t->raw_dtype.empty() ? dtype_size(t->dtype) : raw_dtype_size(t->raw_dtype);
+  };
+  std::sort(order.begin(), order.end(), [&](const TensorToWrite* a, const TensorToWrite* b) {
+    const size_t sa = elem_size(a), sb = elem_size(b);
     return sa != sb ? sa > sb : a->name < b->name;
   });
 
   json h = json::object();
   uint64_t off = 0;
   for (const TensorToWrite* t : order) {
-    h[t->name] = {{"dtype", std::string(dtype_name(t->dtype))},
+    h[t->name] = {{"dtype", t->raw_dtype.empty() ? std::string(dtype_name(t->dtype)) : t->raw_dtype},
                   {"shape", t->shape},
                   {"data_offsets", {off, off + t->bytes.size()}}};
     off += t->bytes.size();

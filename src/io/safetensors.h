@@ -17,6 +17,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/dtype.h"
@@ -34,6 +35,10 @@ struct TensorInfo {
   const std::byte* data = nullptr;
   size_t nbytes = 0;
   std::string file;                 // path of the file that holds it (for error messages)
+  // Non-empty for a raw integer tensor ("U8", "I8", "I32"), accepted only by readers opened with
+  // allow_raw (artifacts: packed codes, zero points); `dtype` is then meaningless and nbytes =
+  // numel · raw_dtype_size(raw_dtype).
+  std::string raw_dtype;
 
   int64_t numel() const;
   std::string shape_str() const;    // "[64, 172]"
@@ -41,7 +46,9 @@ struct TensorInfo {
 
 class SafetensorsFile {
  public:
-  static std::shared_ptr<SafetensorsFile> open(const std::string& path);
+  // allow_raw: also accept the raw integer dtypes U8, I8, I32 (TensorInfo::raw_dtype); model
+  // weights never use them, so the default refuses them as before.
+  static std::shared_ptr<SafetensorsFile> open(const std::string& path, bool allow_raw = false);
 
   const std::string& path() const { return map_.path(); }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }  // sorted by name
@@ -60,7 +67,7 @@ class SafetensorsFile {
 class TensorStore {
  public:
   static TensorStore open_dir(const std::string& dir);
-  static TensorStore open_files(const std::vector<std::string>& paths);
+  static TensorStore open_files(const std::vector<std::string>& paths, bool allow_raw = false);
 
   const TensorInfo* find(const std::string& name) const;
   // Throws sinkq::Error "missing tensor 'NAME' in DIR" if absent.
@@ -80,7 +87,11 @@ struct TensorToWrite {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
   std::span<const std::byte> bytes;  // numel * dtype_size bytes, little-endian
+  std::string raw_dtype = {};        // "U8" | "I8" | "I32": written with that dtype instead of `dtype`
 };
+
+// Element size of a raw integer safetensors dtype ("U8", "I8": 1, "I32": 4); 0 for any other name.
+size_t raw_dtype_size(std::string_view name);
 
 // Writes a safetensors file atomically (temp file + rename). Header keys are sorted; the data
 // section holds tensors by element size descending, then by name, so that every tensor starts at a

@@ -165,12 +165,14 @@ std::vector<std::vector<float>> embed_all(Forward& fwd, std::span<const std::vec
 
 // Step 2 of build_sim: the weight clip search, layer by layer on the fp (rotated) model.
 ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimConfig& cfg,
-                                    std::span<const std::vector<int32_t>> calib, const CalibProgress& progress,
+                                    std::span<const std::vector<int32_t>> calib,
+                                    const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
                                     json& report) {
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib);
   Forward fwd(fp, L, L);  // one sample = one run_layer call
   attach_online_rotation(fwd, cfg.rotate);
+  fwd.set_prefix(prefix);  // the body runs behind the fp prefix (null: none); hooks see body rows only
 
   // The rows used: select_rows over all tokens in hook order; picks[s] = (row in sample s, row in X).
   int64_t total = 0;
@@ -270,12 +272,16 @@ struct Slot {
 // Step 4 of build_sim: static activation / KV scales by block-output grid search.
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
                                         const SimConfig& cfg, std::span<const std::vector<int32_t>> calib,
-                                        const CalibProgress& progress, json& report) {
+                                        const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
+                                        json& report) {
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib), H = mc.hidden_size;
   Forward ffp(fp, L, L), fq(qmodel, L, L);
   attach_online_rotation(ffp, cfg.rotate);
   attach_online_rotation(fq, cfg.rotate);
+  // Both the quantized block and its fp target attend to the same fp prefix (null: none).
+  ffp.set_prefix(prefix);
+  fq.set_prefix(prefix);
   attach_dynamic_hooks(fq, cfg);  // non-searched quantizers stay on throughout
 
   std::vector<Site> order;
@@ -394,18 +400,57 @@ std::string range_text(const json& ratios) {
 }  // namespace
 
 SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
-                   std::span<const std::vector<int32_t>> calib, const CalibProgress& progress) {
+                   std::span<const std::vector<int32_t>> calib_in, const CalibProgress& progress) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
   const ModelConfig& mc = base->config();
   const bool calibrate = cfg.needs_calibration();
+  const PrefixSim& px = cfg.prefix;
+  SINKQ_CHECK(px.spec.empty() || px.on(), "--prefix {}: the prefix tokens were not resolved before build_sim", px.spec);
+  const int64_t P = int64_t(px.tokens.size());
+  if (px.on()) {
+    SINKQ_CHECK(P < mc.max_position_embeddings, "--prefix: {} tokens leave no room in max_position_embeddings ({})",
+                P, mc.max_position_embeddings);
+    for (int32_t t : px.tokens)
+      SINKQ_CHECK(t >= 0 && t < mc.vocab_size, "--prefix: token id {} is outside the vocabulary ({})", t, mc.vocab_size);
+  }
+  // The calibration inputs behind the prefix (sim.h PrefixSim): a leading [BOS] dropped when the
+  // prefix holds one; source Quant: the prefix tokens inline in front of every body.
+  std::vector<std::vector<int32_t>> owned;
+  std::span<const std::vector<int32_t>> calib = calib_in;
   if (calibrate) {
     SINKQ_CHECK(!calib.empty(), "{} needs calibration data: give --calib FILE", what_needs_calibration(cfg));
+    for (size_t s = 0; s < calib.size(); ++s) SINKQ_CHECK(!calib[s].empty(), "calibration sample {} is empty (--calib)", s);
+    if (px.on()) {
+      for (const auto& s : calib_in) {
+        const size_t drop = px.strips_bos() && s[0] == px.bos_id ? 1 : 0;
+        std::vector<int32_t> body;
+        if (px.source == PrefixSim::Source::Quant) body = px.tokens;
+        body.insert(body.end(), s.begin() + long(drop), s.end());
+        SINKQ_CHECK(body.size() > (px.source == PrefixSim::Source::Quant ? px.tokens.size() : 0),
+                    "calibration sample of {} token(s) has no body left behind the prefix (--calib-len)", s.size());
+        owned.push_back(std::move(body));
+      }
+      calib = owned;
+    }
     for (size_t s = 0; s < calib.size(); ++s) {
-      SINKQ_CHECK(!calib[s].empty(), "calibration sample {} is empty (--calib)", s);
-      SINKQ_CHECK(int64_t(calib[s].size()) <= mc.max_position_embeddings,
-                  "calibration sample {} has {} tokens, more than max_position_embeddings ({}): lower --calib-len",
-                  s, calib[s].size(), mc.max_position_embeddings);
+      const int64_t n = int64_t(calib[s].size());
+      if (px.on() && px.source == PrefixSim::Source::Fp)
+        SINKQ_CHECK(P + n <= mc.max_position_embeddings,
+                    "the {}-token prefix (--prefix {}) plus a calibration body of {} tokens exceeds "
+                    "max_position_embeddings ({}): lower --calib-len to {} or less",
+                    P, px.spec.empty() ? "ids" : px.spec, n, mc.max_position_embeddings,
+                    mc.max_position_embeddings - P + (px.strips_bos() ? 1 : 0));
+      else if (px.on())
+        SINKQ_CHECK(n <= mc.max_position_embeddings,
+                    "the {}-token prefix (--prefix {}) inline before a calibration body of {} tokens exceeds "
+                    "max_position_embeddings ({}): lower --calib-len to {} or less",
+                    P, px.spec.empty() ? "ids" : px.spec, n - P, mc.max_position_embeddings,
+                    mc.max_position_embeddings - P + (px.strips_bos() ? 1 : 0));
+      else
+        SINKQ_CHECK(n <= mc.max_position_embeddings,
+                    "calibration sample {} has {} tokens, more than max_position_embeddings ({}): lower --calib-len",
+                    s, n, mc.max_position_embeddings);
     }
   }
   if (cfg.rotate.on) check_rotatable(mc);
@@ -415,10 +460,14 @@ SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
   json report = json::object();
   // 1. Rotation: every later step (searches included) sees the rotated model.
   const std::shared_ptr<const Model> rotated = rotate_model(base, cfg.rotate);
+  // The fp prefix: the rotated fp model with its online rotations (the body's basis).
+  std::shared_ptr<const KvPrefix> fp_prefix;
+  if (px.on() && px.source == PrefixSim::Source::Fp)
+    fp_prefix = KvPrefix::compute(rotated, px.tokens, [&cfg](Forward& f) { attach_online_rotation(f, cfg.rotate); });
   // 2. Weight clip grid search on the fp (rotated) model.
   if (cfg.w.on() && cfg.w.clip_grid) {
     const auto t = Clock::now();
-    sm.weight_clip = search_weight_clips(rotated, cfg, calib, progress, report);
+    sm.weight_clip = search_weight_clips(rotated, cfg, calib, fp_prefix, progress, report);
     report["weights"]["seconds"] = round4(seconds_since(t));
   }
   // 3. Weights fake-quantized (fixed ratio or the chosen ones).
@@ -426,13 +475,21 @@ SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
   // 4. Static activation / KV scales on the quantized-weight model.
   if (cfg.act_static() || cfg.kv_static()) {
     const auto t = Clock::now();
-    sm.statics = search_statics(rotated, sm.model, cfg, calib, progress, report);
+    sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report);
     report["static_seconds"] = round4(seconds_since(t));
+  }
+  // 5. The prefix every Forward of the result runs behind.
+  if (fp_prefix) {
+    sm.prefix = fp_prefix;
+  } else if (px.on()) {
+    // IntactKV off: the quantized model's own rows for the prefix tokens (all its hooks on).
+    sm.prefix = KvPrefix::compute(sm.model, px.tokens, [&sm](Forward& f) { sm.attach_hooks(f); });
   }
   if (calibrate) {
     int64_t tokens = 0;
     for (const auto& s : calib) tokens += int64_t(s.size());
     report["samples"] = calib.size();
+    if (px.on()) report["behind_prefix"] = px.source == PrefixSim::Source::Fp ? "fp prefix KV" : "prefix tokens inline";
     report["tokens"] = tokens;
     report["seconds"] = round4(seconds_since(t0));
     std::string sum;

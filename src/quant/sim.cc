@@ -52,6 +52,19 @@ KvGranularity parse_kv_granularity(std::string_view s) {
   fail("unknown KV granularity '{}' (--kv-gran): expected token, head or tensor", s);
 }
 
+std::string_view prefix_source_name(PrefixSim::Source s) { return s == PrefixSim::Source::Quant ? "quant" : "fp"; }
+
+PrefixSim::Source parse_prefix_source(std::string_view s) {
+  if (s == "fp") return PrefixSim::Source::Fp;
+  if (s == "quant") return PrefixSim::Source::Quant;
+  fail("unknown --prefix-source '{}': expected fp (IntactKV on: full-precision prefix KV) or quant "
+       "(IntactKV off: the quantized model's own prefix KV)", s);
+}
+
+bool PrefixSim::strips_bos() const {
+  return bos_id >= 0 && std::find(tokens.begin(), tokens.end(), bos_id) != tokens.end();
+}
+
 std::vector<float> default_clip_grid() {
   std::vector<float> g;
   // In double, rounded once: 1.0 and 0.5 are exact, every other entry is the fp32 nearest to
@@ -117,6 +130,9 @@ void SimConfig::validate() const {
   SINKQ_CHECK(!calib.grid.empty(), "calibration: the clip grid is empty");
   for (float r : calib.grid)
     SINKQ_CHECK(r > 0.0f && r <= 1.0f, "calibration: clip grid entry {} is outside (0, 1]", r);
+  SINKQ_CHECK(prefix.requested() || prefix.source == PrefixSim::Source::Fp,
+              "--prefix-source quant needs a prefix (--prefix)");
+  for (int32_t t : prefix.tokens) SINKQ_CHECK(t >= 0, "--prefix: negative token id {}", t);
 }
 
 namespace {
@@ -219,6 +235,18 @@ nlohmann::json SimConfig::to_json() const {
   }
   j["kv"] = jk;
   j["rotation"] = quant::to_json(rotate);
+  if (prefix.requested()) {
+    j["prefix"] = {{"spec", prefix.spec},
+                   {"tokens", prefix.tokens},
+                   {"source", prefix_source_name(prefix.source)},
+                   {"computed_by", prefix.source == PrefixSim::Source::Fp
+                                       ? "full-precision model (rotated, with online rotations, if rotation is on)"
+                                       : "the quantized model itself (IntactKV off baseline)"},
+                   {"calibration_behind_prefix", prefix.source == PrefixSim::Source::Fp},
+                   {"body_drops_leading_bos", prefix.strips_bos()}};
+  } else {
+    j["prefix"] = nullptr;
+  }
   if (needs_calibration()) {
     json g = json::array();
     for (float r : calib.grid) g.push_back(json_float(r));
@@ -258,6 +286,12 @@ std::string SimConfig::describe() const {
     if (kv.mode == KvMode::Static) s += " clip=" + clip_text(kv.clip_grid, kv.clip);
   }
   if (rotate.on) s += fmt::format(" | rotate seed={}", rotate.seed);
+  if (prefix.requested()) {
+    std::string ids;
+    for (int32_t t : prefix.tokens) ids += fmt::format("{}{}", ids.empty() ? "" : ",", t);
+    s += fmt::format(" | prefix {}{} source={}", prefix.spec.empty() ? "ids" : prefix.spec,
+                     ids.empty() ? "" : " [" + ids + "]", prefix_source_name(prefix.source));
+  }
   if (needs_calibration())
     s += fmt::format(" | calib {} {}x{} seed={}", calib.file.empty() ? "(none)" : calib.file, calib.samples,
                      calib.len, calib.seed);
@@ -265,7 +299,8 @@ std::string SimConfig::describe() const {
 }
 
 std::vector<std::string> SimConfig::preset_names() {
-  return {"fp16", "w8a8kv8", "w4a8kv4", "w4a4kv4", "w8a8", "w4a16", "w4a16g128"};
+  return {"fp16",  "w8a8kv8", "w4a8kv4",   "w4a4kv4",           "w8a8",
+          "w4a16", "w4a16g128", "prefixquant-w8a8kv8", "prefixquant-w4a8kv4", "prefixquant-w4a4kv4"};
 }
 
 SimConfig SimConfig::from_preset(std::string_view name) {
@@ -286,7 +321,22 @@ SimConfig SimConfig::from_preset(std::string_view name) {
   else if (name == "w8a8") set(8, 8, 16, 0);
   else if (name == "w4a16") set(4, 16, 16, 0);
   else if (name == "w4a16g128") set(4, 16, 16, 128);
-  else {
+  else if (name == "prefixquant-w8a8kv8" || name == "prefixquant-w4a8kv4" || name == "prefixquant-w4a4kv4") {
+    // PrefixQuant §6.1: rotation, prefixed outliers, per-channel symmetric weights (grid-searched
+    // clip), static per-tensor activations, static per-head KV (per-tensor at 8 bits), all scales
+    // initialised by grid search (block-wise fine-tuning is a later issue).
+    if (name == "prefixquant-w8a8kv8") set(8, 8, 8, 0);
+    else if (name == "prefixquant-w4a8kv4") set(4, 8, 4, 0);
+    else set(4, 4, 4, 0);
+    c.w.clip_grid = true;
+    c.a.mode = ActMode::Static;
+    c.a.clip_grid = true;
+    c.kv.mode = KvMode::Static;
+    c.kv.granularity = c.kv.bits == 8 ? KvGranularity::Tensor : KvGranularity::Head;
+    c.kv.clip_grid = true;
+    c.rotate.on = true;
+    c.prefix.spec = "auto";
+  } else {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     fail("unknown preset '{}' (--preset): expected one of {}", name, names);
@@ -482,6 +532,12 @@ std::vector<int> attach(Forward& fwd, const SimConfig& cfg) {
 }
 
 std::vector<int> SimModel::attach(Forward& fwd) const {
+  std::vector<int> handles = attach_hooks(fwd);
+  fwd.set_prefix(prefix);
+  return handles;
+}
+
+std::vector<int> SimModel::attach_hooks(Forward& fwd) const {
   SINKQ_CHECK(&fwd.model() == model.get(), "SimModel::attach: the Forward must run SimModel::model "
               "(the rotated, weight-quantized model its hooks belong to)");
   cfg.validate();

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/kv_prefix.h"
 #include "model/model.h"
 #include "quant/crossquant.h"
 #include "quant/quantizer.h"
@@ -122,6 +123,53 @@ struct CalibSim {
   std::vector<float> grid = default_clip_grid();  // candidates of every grid search, in order
 };
 
+// The full-precision KV prefix (model/kv_prefix.h) in front of every sequence: PrefixQuant's
+// prefixed outlier tokens, IntactKV's pivot tokens. `spec` is the --prefix value as given
+// (eval/prefix.h: bos | auto | ids:.. | text:.. | system:..); the CLI resolves it to `tokens`
+// (auto: PrefixQuant §5.1 on the calibration samples) before build_sim, which only reads tokens.
+//
+// Decisions (docs/prefix.md):
+//   * Rotation × prefix. The prefix KV is computed by the rotated fp model WITH its online
+//     rotations (KvPrefix::compute(rotated, tokens, attach_online_rotation)): the body's keys are
+//     R3-rotated before they are cached, so the prefix rows must be in the same basis; the rotated
+//     fp model is computationally invariant, so these are the original model's fp keys/values
+//     expressed in the rotated basis (what "the rotated model's own weights at full precision"
+//     produce).
+//   * Source Fp (default; IntactKV on, PrefixQuant): computed as above, never quantized.
+//     Source Quant (the "IntactKV off" baseline): the prefix KV is produced by the quantized model
+//     itself (rotation, quantized weights, every activation / KV hook of the config), i.e. exactly
+//     the rows the quantized model writes when it reads the prefix tokens inline — only the
+//     scoring (which targets) is the prefix protocol's, so fp and quant rows compare on the same
+//     targets. This deliberately breaks kv_prefix.h's "no quantization hooks" rule: that is the
+//     baseline being measured.
+//   * Calibration behind the prefix. Source Fp: every calibration Forward (weight clip inputs,
+//     static activation / KV block-output searches, their fp targets) runs with the fp prefix in
+//     front, so hooks see body tokens only and static scales are fitted to the body (the outlier
+//     tokens live in the prefix and never reach a quantizer: PrefixQuant §5). Source Quant: the
+//     prefix tokens are part of what the quantized model processes, so calibration samples are
+//     prefix tokens + body, with no KvPrefix (static scales then cover the prefix tokens too,
+//     as a plain quantized model's would).
+//   * [BOS]. Calibration samples start with [BOS] (eval/calib_data.h). When the prefix contains
+//     the tokenizer's [BOS] (`bos_id`; PrefixQuant's prefixes end in it, IntactKV[B] is it, a
+//     rendered system prompt starts with it), a sample's leading [BOS] is dropped: a second [BOS]
+//     in the body would be an outlier / sink again (PrefixQuant §5.1) and the prefix protocol and
+//     generate feed the body without BOS too. A prefix without [BOS] keeps the samples as they are.
+//   * Length: P + (body length of the longest sample) must fit max_position_embeddings (error
+//     naming --prefix and --calib-len).
+struct PrefixSim {
+  enum class Source : uint8_t { Fp, Quant };
+  std::string spec;              // "" = no prefix (unless tokens are given directly)
+  std::vector<int32_t> tokens;   // resolved; empty = no prefix
+  Source source = Source::Fp;
+  int32_t bos_id = -1;           // the tokenizer's [BOS] (-1: none): see "[BOS]" above
+  bool on() const { return !tokens.empty(); }
+  bool requested() const { return !spec.empty() || !tokens.empty(); }
+  // Whether a body sample's leading [BOS] is dropped behind this prefix.
+  bool strips_bos() const;
+};
+std::string_view prefix_source_name(PrefixSim::Source s);          // "fp" | "quant"
+PrefixSim::Source parse_prefix_source(std::string_view s);          // error names --prefix-source
+
 struct SimConfig {
   std::string preset;      // the preset it started from ("" = none); informational only
   WeightSim w;
@@ -129,6 +177,7 @@ struct SimConfig {
   KvSim kv;
   RotateConfig rotate;     // Hadamard rotation (rotate.h), applied before everything else
   CalibSim calib;
+  PrefixSim prefix;        // the full-precision KV prefix (none by default)
 
   bool any() const { return w.on() || a.on() || kv.on(); }
   bool act_static() const { return a.on() && a.mode == ActMode::Static; }
@@ -144,7 +193,11 @@ struct SimConfig {
   std::string describe() const;
 
   // Named presets (docs/quant.md): fp16 (all off), w8a8kv8, w4a8kv4, w4a4kv4, w8a8, w4a16,
-  // w4a16g128. Unknown name: sinkq::Error naming --preset and listing the names.
+  // w4a16g128 (dynamic, RTN); and PrefixQuant's (docs/prefix.md) prefixquant-w8a8kv8,
+  // prefixquant-w4a8kv4, prefixquant-w4a4kv4: rotation on, prefix "auto" (source fp), weights
+  // per-channel symmetric with the clip grid, activations static per-tensor (grid), KV static
+  // per-head (per-tensor at 8 bits, PrefixQuant §6.1) with the grid; all need --calib.
+  // Unknown name: sinkq::Error naming --preset and listing the names.
   static SimConfig from_preset(std::string_view name);
   static std::vector<std::string> preset_names();
 };
@@ -213,14 +266,20 @@ struct SimModel {
   SimConfig cfg;
   ModelClipRatios weight_clip;       // empty unless cfg.w.clip_grid
   std::vector<StaticQuant> statics;  // static activation / KV quantizers, forward order per layer
+  // The KV prefix every Forward of this model runs behind (null = none): cfg.prefix.tokens run
+  // through the rotated fp model (source Fp) or through this quantized model (source Quant).
+  std::shared_ptr<const KvPrefix> prefix;
   // null when nothing was calibrated; else {"seconds", "weights": {...}, "activations": {...},
   // "kv": {...}}: chosen ratios (compact: per-layer means and a histogram for weights; per site
   // and layer for statics) and the search objective at the chosen ratio and at r = 1.
   nlohmann::json calibration_report;
 
   // Registers on fwd (which must run `model`): the online rotations first, then the activation
-  // and KV quantization hooks (static ones with their calibrated Params). Returns the handles.
+  // and KV quantization hooks (static ones with their calibrated Params), and puts `prefix` on it
+  // (Forward::set_prefix; fwd's body must be empty). Returns the hook handles.
   std::vector<int> attach(Forward& fwd) const;
+  // The hooks only (no prefix): what computes a source-Quant prefix.
+  std::vector<int> attach_hooks(Forward& fwd) const;
   // cfg.to_json() plus "calibration_result" (the report).
   nlohmann::json to_json() const;
   // cfg.describe() and, when calibrated, a short summary of the chosen ratios.
@@ -231,6 +290,11 @@ struct SimModel {
 using CalibProgress = std::function<void(std::string_view stage, int64_t done, int64_t total)>;
 
 // The pipeline, in this order:
+//   0. prefix (cfg.prefix.tokens non-empty; see PrefixSim for every decision): source Fp computes
+//      the prefix KV with the rotated fp model and its online rotations, and steps 2 and 4 run
+//      every calibration sample behind it (body only: a leading [BOS] dropped when the prefix
+//      holds one); source Quant feeds prefix + body inline to the searches and, at the end,
+//      computes the prefix KV with the finished quantized model and its hooks;
 //   1. rotate (cfg.rotate; rotate.h) — everything below sees the rotated model;
 //   2. weight clip grid search (cfg.w.clip_grid) on the inputs of each linear layer taken from
 //      the full-precision (rotated) model, layer by layer (calibrate.h);
@@ -239,8 +303,8 @@ using CalibProgress = std::function<void(std::string_view stage, int64_t done, i
 //      of the quantized-weight model, layer by layer, sites in forward order (calibrate.h).
 // `calib`: N token sequences (calib_data.h load_calib); required, non-empty, when
 // cfg.needs_calibration() (else sinkq::Error naming --calib); each at most
-// max_position_embeddings tokens (error naming --calib-len). Deterministic: the same inputs give
-// the same ratios and scales.
+// max_position_embeddings tokens, the prefix included (error naming --prefix and --calib-len).
+// Deterministic: the same inputs give the same ratios, scales and prefix KV.
 SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
                    std::span<const std::vector<int32_t>> calib, const CalibProgress& progress = {});
 

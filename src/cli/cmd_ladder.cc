@@ -1,0 +1,312 @@
+// sinkq ladder -m DIR -f TEXT --calib FILE --bits w4a4kv4|w4a8kv4|w8a8kv8 [--ctx N] [--max-windows K]
+//              [--tables table6,table2,intactkv] [--prefix SPEC] [--rotate-seed S]
+//              [--calib-samples N] [--calib-len L] [--calib-seed S] [--json]
+// The ablations of PrefixQuant and IntactKV on one model, every row scored on the same targets
+// (the `prefix` protocol of eval/ppl.h) with perplexity and KLD against the full-precision model:
+//   table6    PrefixQuant Table 6: RTN dynamic per-token → + rotation → + grid search (weight clip)
+//             → + static (per-tensor activations, per-head KV; per-tensor at 8 bits; grid) →
+//             + prefixed outliers (the --prefix tokens, full-precision KV, calibration behind them)
+//   table2    PrefixQuant Table 2 analogue: W16A<a> static per-tensor and W16A16KV<kv> static
+//             per-head (per-tensor at 8 bits): original / + rotation / + prefix
+//   intactkv  IntactKV Table 1 / 6 analogues: W3 g128 RTN and W4A4 (dynamic) + rotation, each
+//             without / with IntactKV[B] (prefix [BOS]: KV from the quantized model / full precision)
+// A row "without a prefix" is the quantized model reading [BOS] itself: prefix [BOS] with source
+// quant (quant/sim.h PrefixSim), which is exactly the plain quantized model on [BOS] + window and
+// scores the same targets as the prefixed rows. The KLD reference is one and the same for every
+// row: the full-precision model behind a full-precision [BOS] (= the fp model on [BOS] + window).
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/quant_flags.h"
+#include "core/mmap.h"
+#include "eval/calib_data.h"
+#include "eval/ppl.h"
+#include "eval/prefix.h"
+#include "quant/sim.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq::cli {
+
+namespace {
+
+struct Row {
+  std::string table, name;
+  quant::SimConfig cfg;
+  // The prefix of the row: none = [BOS] computed by the quantized model itself (plain model).
+  enum class Prefix { Inline, Bos, Found } prefix = Prefix::Inline;
+};
+
+struct Bits {
+  int w = 4, a = 4, kv = 4;
+};
+
+Bits parse_ladder_bits(const std::string& s) {
+  if (s == "w4a4kv4") return {4, 4, 4};
+  if (s == "w4a8kv4") return {4, 8, 4};
+  if (s == "w8a8kv8") return {8, 8, 8};
+  fail("unknown --bits '{}': expected w4a4kv4, w4a8kv4 or w8a8kv8", s);
+}
+
+void set_static(quant::SimConfig& c, bool acts, bool kv) {
+  if (acts) {
+    c.a.mode = quant::ActMode::Static;
+    c.a.clip_grid = true;
+  }
+  if (kv) {
+    c.kv.mode = quant::KvMode::Static;
+    c.kv.granularity = c.kv.bits == 8 ? quant::KvGranularity::Tensor : quant::KvGranularity::Head;
+    c.kv.clip_grid = true;
+  }
+}
+
+std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tables, uint64_t seed) {
+  auto want = [&](const char* t) { return std::find(tables.begin(), tables.end(), t) != tables.end(); };
+  std::vector<Row> rows;
+  quant::SimConfig fp;
+  rows.push_back({"fp", "full precision", fp, Row::Prefix::Inline});
+  if (want("table6")) {
+    quant::SimConfig c;
+    c.w.bits = b.w;
+    c.a.bits = b.a;
+    c.kv.bits = b.kv;
+    rows.push_back({"table6", "RTN, dynamic per-token", c, Row::Prefix::Inline});
+    c.rotate.on = true;
+    c.rotate.seed = seed;
+    rows.push_back({"table6", "+ rotation", c, Row::Prefix::Inline});
+    c.w.clip_grid = true;
+    rows.push_back({"table6", "+ grid search", c, Row::Prefix::Inline});
+    set_static(c, true, true);
+    rows.push_back({"table6", "+ static per-tensor", c, Row::Prefix::Inline});
+    rows.push_back({"table6", "+ prefixed outliers", c, Row::Prefix::Found});
+  }
+  if (want("table2")) {
+    for (int part = 0; part < 2; ++part) {
+      quant::SimConfig c;
+      std::string what;
+      if (part == 0) {
+        c.a.bits = b.a;
+        set_static(c, true, false);
+        what = fmt::format("W16A{} static", b.a);
+      } else {
+        c.kv.bits = b.kv;
+        set_static(c, false, true);
+        what = fmt::format("W16A16KV{} static", b.kv);
+      }
+      rows.push_back({"table2", what + ": original", c, Row::Prefix::Inline});
+      c.rotate.on = true;
+      c.rotate.seed = seed;
+      rows.push_back({"table2", what + ": + rotation", c, Row::Prefix::Inline});
+      rows.push_back({"table2", what + ": + prefix", c, Row::Prefix::Found});
+    }
+  }
+  if (want("intactkv")) {
+    quant::SimConfig c;
+    c.w.bits = 3;
+    c.w.group = 128;
+    c.w.symmetric = false;  // IntactKV's weight-only RTN baseline is asymmetric g128 (AWQ / GPTQ convention)
+    rows.push_back({"intactkv", "W3 g128 RTN", c, Row::Prefix::Inline});
+    rows.push_back({"intactkv", "W3 g128 RTN + IntactKV[B]", c, Row::Prefix::Bos});
+    quant::SimConfig d;
+    d.w.bits = 4;
+    d.a.bits = 4;
+    d.rotate.on = true;
+    d.rotate.seed = seed;
+    rows.push_back({"intactkv", "W4A4 + rotation", d, Row::Prefix::Inline});
+    rows.push_back({"intactkv", "W4A4 + rotation + IntactKV[B]", d, Row::Prefix::Bos});
+  }
+  return rows;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+void register_ladder(CLI::App& app) {
+  struct Opts : CommonFlags {
+    std::string file, calib, bits = "w4a4kv4", prefix = "auto", tables = "table6,table2,intactkv";
+    int64_t ctx = 0, max_windows = 0, calib_samples = 8, calib_len = 0;
+    uint64_t calib_seed = 0, rotate_seed = 0;
+    double eta = 64.0;
+  };
+  auto o = std::make_shared<Opts>();
+  CLI::App* cmd = app.add_subcommand(
+      "ladder", "PrefixQuant Table 6 / Table 2 and IntactKV ablations: ppl and KLD per row, same targets");
+  add_model_flag(*cmd, *o);
+  cmd->add_option("-f,--file", o->file, "Text to score (e.g. WikiText-2 test)")->required();
+  cmd->add_option("--calib", o->calib, "Calibration text (jsonl with \"text\", or plain text)")->required();
+  cmd->add_option("--bits", o->bits, "Table 6 bit widths: w4a4kv4 | w4a8kv4 | w8a8kv8 (Table 2 uses its A and KV bits)")
+      ->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "Window length (default: min(2048, max_position_embeddings - prefix length))");
+  cmd->add_option("--max-windows", o->max_windows, "Score at most K windows (0 = all)")->capture_default_str();
+  cmd->add_option("--tables", o->tables, "Which tables, comma-separated: table6, table2, intactkv")->capture_default_str();
+  cmd->add_option("--prefix", o->prefix, "The prefix of the '+ prefix' rows: auto (PrefixQuant §5.1) | bos | ids:.. | text:..")
+      ->capture_default_str();
+  cmd->add_option("--prefix-eta", o->eta, "--prefix auto: outlier threshold eta")->capture_default_str();
+  cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the random Hadamard signs")->capture_default_str();
+  cmd->add_option("--calib-samples", o->calib_samples, "Calibration samples N")->capture_default_str();
+  cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration sample incl. BOS (default min(512, max positions))");
+  cmd->add_option("--calib-seed", o->calib_seed, "Calibration sampling seed")->capture_default_str();
+  add_output_flags(*cmd, *o);
+  cmd->callback([o] {
+    apply_threads(*o);
+    const Bits bits = parse_ladder_bits(o->bits);
+    const std::vector<std::string> tables = split_list(o->tables);
+    SINKQ_CHECK(!tables.empty(), "--tables is empty: expected table6, table2 and/or intactkv");
+    for (const auto& t : tables)
+      SINKQ_CHECK(t == "table6" || t == "table2" || t == "intactkv", "unknown --tables entry '{}': expected table6, table2 or intactkv", t);
+    SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
+    SINKQ_CHECK(o->calib_samples >= 1, "--calib-samples must be >= 1, got {}", o->calib_samples);
+    SINKQ_CHECK(o->eta > 0, "--prefix-eta must be > 0 (got {})", o->eta);
+    const PrefixSpec pspec = parse_prefix_spec(o->prefix);
+    const auto model = Model::load(o->model);
+    const auto tok = Tokenizer::load(o->model);
+    SINKQ_CHECK(tok->bos_id() >= 0, "the ladder compares rows behind a [BOS] prefix, and this tokenizer has no BOS");
+    const int64_t max_pos = model->config().max_position_embeddings;
+    const int64_t len = o->calib_len > 0 ? o->calib_len : std::min<int64_t>(512, max_pos);
+    SINKQ_CHECK(len >= 2 && len <= max_pos, "--calib-len must be 2..{} (max_position_embeddings), got {}", max_pos, len);
+    CalibOptions co;
+    co.samples = o->calib_samples;
+    co.len = len;
+    co.seed = o->calib_seed;
+    const CalibSet calib = load_calib(o->calib, *tok, co);
+    std::fprintf(stderr, "ladder: calibration %s: %zu samples x %lld tokens\n", o->calib.c_str(), calib.samples.size(),
+                 (long long)len);
+
+    // The prefix of the "+ prefix" rows, found / resolved once.
+    std::vector<int32_t> found;
+    nlohmann::json prefix_json{{"spec", o->prefix}};
+    if (pspec.kind == PrefixSpec::Kind::Auto) {
+      Forward ff(model, len);
+      const FoundPrefix fp = find_prefix(ff, calib.samples, o->eta, tok->bos_id(), tok.get(),
+                                         [](int64_t d, int64_t t) { progress("ladder: prefix auto, sample", d, t); });
+      found = fp.tokens;
+      prefix_json["found"] = fp.to_json(tok.get());
+    } else {
+      found = prefix_tokens(pspec, *tok, o->model);
+    }
+    SINKQ_CHECK(!found.empty(), "--prefix {} gives no tokens", o->prefix);
+    prefix_json["tokens"] = found;
+    prefix_json["text"] = tokens_text(found, *tok);
+    std::fprintf(stderr, "ladder: prefix %s: %s\n", o->prefix.c_str(), tokens_text(found, *tok).c_str());
+    const int64_t Pmax = std::max<int64_t>(1, int64_t(found.size()));
+    const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos - Pmax);
+    SINKQ_CHECK(ctx >= 2, "--ctx must be at least 2 (got {})", ctx);
+    SINKQ_CHECK(ctx + Pmax <= max_pos,
+                "--ctx {} plus the {}-token prefix exceeds the model's max_position_embeddings ({}): use --ctx {} or less",
+                ctx, Pmax, max_pos, max_pos - Pmax);
+
+    const std::string text = read_text_file(o->file);
+    SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", o->file);
+    EncodeOptions raw;
+    raw.add_special = false;
+    raw.parse_special = false;
+    const std::vector<int32_t> toks = tok->encode(text, raw);
+    PplOptions po;
+    po.ctx = ctx;
+    po.protocol = PplProtocol::Prefix;
+    po.max_windows = o->max_windows;
+    po.bos_id = tok->bos_id();
+
+    // The one KLD reference: the fp model behind an fp [BOS].
+    Forward ref(model, ctx);
+    ref.set_prefix(KvPrefix::compute(model, {int32_t(tok->bos_id())}));
+
+    const std::vector<Row> rows = ladder_rows(bits, tables, o->rotate_seed);
+    nlohmann::json jrows = nlohmann::json::array();
+    struct Printed {
+      std::string table, name, desc;
+      double ppl, kld;
+    };
+    std::vector<Printed> printed;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& row = rows[i];
+      quant::SimConfig cfg = row.cfg;
+      cfg.calib.file = o->calib;
+      cfg.calib.samples = o->calib_samples;
+      cfg.calib.len = len;
+      cfg.calib.seed = o->calib_seed;
+      cfg.prefix.bos_id = tok->bos_id();
+      if (row.prefix == Row::Prefix::Found) {
+        cfg.prefix.spec = o->prefix;
+        cfg.prefix.tokens = found;
+        cfg.prefix.source = quant::PrefixSim::Source::Fp;
+      } else {
+        cfg.prefix.spec = "bos";
+        cfg.prefix.tokens = {int32_t(tok->bos_id())};
+        cfg.prefix.source = row.prefix == Row::Prefix::Bos || !cfg.any() ? quant::PrefixSim::Source::Fp
+                                                                         : quant::PrefixSim::Source::Quant;
+      }
+      // Samples cut to fit behind the prefix when the default length is used (as run_quant_pipeline).
+      std::vector<std::vector<int32_t>> samples;
+      if (cfg.needs_calibration()) {
+        samples = calib.samples;
+        const int64_t room = max_pos - int64_t(cfg.prefix.tokens.size()) + (cfg.prefix.strips_bos() ? 1 : 0);
+        if (o->calib_len == 0)
+          for (auto& s : samples)
+            if (int64_t(s.size()) > room) s.resize(size_t(room));
+      }
+      std::fprintf(stderr, "ladder: [%zu/%zu] %s: %s\n", i + 1, rows.size(), row.name.c_str(), cfg.describe().c_str());
+      const std::string stage_prefix = fmt::format("ladder: [{}/{}] ", i + 1, rows.size());
+      const quant::SimModel sim = quant::build_sim(model, cfg, samples, [&](std::string_view stage, int64_t d, int64_t t) {
+        progress(stage_prefix + std::string(stage), d, t);
+      });
+      Forward fwd(sim.model, ctx);
+      sim.attach(fwd);
+      po.progress = [&](int64_t d, int64_t t, double p) {
+        progress(stage_prefix + "window", d, t, fmt::format("ppl {:.4f}", p));
+      };
+      const PplResult r = perplexity(fwd, toks, po, &ref);
+      const std::string desc = sim.describe();
+      printed.push_back({row.table, row.name, cfg.describe(), r.ppl, r.kld});
+      jrows.push_back({{"table", row.table},
+                       {"name", row.name},
+                       {"ppl", r.ppl},
+                       {"mean_nll", r.mean_nll},
+                       {"kld", r.kld},
+                       {"tokens_scored", r.tokens_scored},
+                       {"windows", r.windows},
+                       {"describe", desc},
+                       {"config", sim.to_json()}});
+    }
+    if (o->json) {
+      print_json({{"model", o->model},
+                  {"file", o->file},
+                  {"bits", o->bits},
+                  {"ctx", ctx},
+                  {"protocol", "prefix"},
+                  {"kld_reference", "full-precision model behind a full-precision [BOS]"},
+                  {"prefix", prefix_json},
+                  {"calibration", {{"file", calib.file}, {"samples", calib.samples.size()}, {"len", len}, {"seed", o->calib_seed}}},
+                  {"rows", jrows}});
+      return;
+    }
+    fmt::print("model {}  text {}  ctx {}  protocol prefix (same targets in every row)  windows {}\n", o->model, o->file,
+               ctx, jrows.empty() ? 0 : jrows[0]["windows"].get<int64_t>());
+    fmt::print("prefix {}: {}  (KLD vs the fp model behind an fp [BOS])\n", o->prefix, tokens_text(found, *tok));
+    std::string last;
+    for (const Printed& p : printed) {
+      if (p.table != last) {
+        const char* title = p.table == "fp"       ? "reference"
+                            : p.table == "table6" ? "PrefixQuant Table 6 ladder"
+                            : p.table == "table2" ? "PrefixQuant Table 2 analogue"
+                                                  : "IntactKV (Table 1 / 6 analogues)";
+        fmt::print("\n{} ({})\n{:<40} {:>10} {:>10}  config\n", title, o->bits, "row", "ppl", "KLD");
+        last = p.table;
+      }
+      fmt::print("{:<40} {:>10.4f} {:>10.5f}  {}\n", p.name, p.ppl, p.kld, p.desc);
+    }
+  });
+}
+
+}  // namespace sinkq::cli

@@ -1,0 +1,89 @@
+// sinkq/cli/quant_flags.h — the quantization, rotation, calibration and prefix flags, declared
+// once and shared by every command that builds a simulated quantized model (ppl, generate,
+// quantize, ladder), and the pipeline that turns them into a quant::SimModel.
+//
+//   --preset P   --w-bits N --w-group G --w-asym --w-clip R|grid
+//   --a-bits N --a-quant dynamic|static|cross --a-asym --a-clip R|grid --a-alpha A
+//   --a-cross-cols per_call|running_max
+//   --kv-bits N --kv-quant dynamic|static --kv-gran token|head|tensor --kv-clip R|grid
+//   --rotate --rotate-seed S
+//   --calib FILE --calib-samples N --calib-len L --calib-seed S
+//   --prefix none|bos|auto|ids:..|text:..|system:..  --prefix-source fp|quant  --prefix-eta E
+//
+// QuantFlags::config(): the preset first, then every flag that was given overrides its field;
+// every value is checked and errors name the flag. Flags not given keep the preset's value.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "eval/calib_data.h"
+#include "model/model.h"
+#include "quant/sim.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq::cli {
+
+struct QuantFlags {
+  std::string preset = "fp16";
+  int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16;
+  bool w_asym = false, a_asym = false, rotate = false;
+  float a_alpha = 0.15f;
+  std::string w_clip = "1", a_clip = "grid", kv_clip = "grid";
+  std::string a_quant = "dynamic", a_cross_cols = "per_call", kv_quant = "dynamic", kv_gran = "head";
+  uint64_t rotate_seed = 0, calib_seed = 0;
+  std::string calib;
+  int64_t calib_samples = 8, calib_len = 0;
+  std::string prefix;                 // --prefix as given ("" = not given; "none" = no prefix)
+  std::string prefix_source = "fp";   // --prefix-source
+  double prefix_eta = 64.0;           // --prefix-eta: η of --prefix auto (PrefixQuant §5.1)
+
+  // Which flags were given (set by add_quant_flags; null = never declared = not given).
+  struct Given {
+    CLI::Option *w_bits = nullptr, *w_group = nullptr, *w_asym = nullptr, *w_clip = nullptr;
+    CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
+                *a_cross_cols = nullptr;
+    CLI::Option *kv_bits = nullptr, *kv_quant = nullptr, *kv_gran = nullptr, *kv_clip = nullptr;
+    CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
+    CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr;
+    CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;
+  } given;
+
+  // The configuration: preset, then given flags; validated (errors name the flag). The prefix is
+  // recorded as spec only (cfg.prefix.spec; "" = none): tokens are resolved by run_quant_pipeline.
+  // Fails before anything is loaded when calibration is needed but --calib was not given.
+  quant::SimConfig config() const;
+  // Whether any --calib* flag was given.
+  bool calib_flags_given() const;
+};
+
+// Declares every flag above on cmd and returns the struct they write into.
+std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd);
+
+struct QuantPipeline {
+  quant::SimModel sim;
+  nlohmann::json calib_json;  // null when no calibration samples were loaded; else what was loaded
+  CalibSet calib;             // the samples as loaded (with [BOS] when the tokenizer has one)
+  // How the prefix was found: null without a prefix; else {"spec", "tokens", "texts", "source",
+  // "how"} and, for auto, "found" (FoundPrefix::to_json: o, counts, ...).
+  nlohmann::json prefix_json;
+};
+
+// Loads the calibration samples if the config needs them (or --prefix auto needs them), resolves
+// the prefix tokens (eval/prefix.h: bos, ids, text, system, or PrefixQuant §5.1 on the calibration
+// samples with the full-precision, unrotated model), and runs quant::build_sim; progress and notes
+// on stderr, every line starting with `log` (e.g. "ppl").
+//   calib length: --calib-len, else min(512, max_position_embeddings); with a prefix and no
+//   --calib-len, samples are then cut at the end so that P + body fits max_position_embeddings
+//   (the body drops its leading [BOS] behind a prefix that holds one: quant/sim.h PrefixSim).
+QuantPipeline run_quant_pipeline(const QuantFlags& f, std::shared_ptr<const Model> model, const Tokenizer& tok,
+                                 std::string_view log);
+
+// "id 'text', id 'text'" of a token list (for printed prefixes).
+std::string tokens_text(const std::vector<int32_t>& ids, const Tokenizer& tok);
+
+}  // namespace sinkq::cli

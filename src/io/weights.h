@@ -36,6 +36,7 @@ struct LinearImpl {
   virtual ~LinearImpl() = default;
   virtual void apply(const float* x, int64_t T, const float* bias, float* y) const = 0;
   virtual std::string describe() const = 0;  // one line, e.g. "w4_g128 x a8_per_token"
+  virtual size_t bytes() const = 0;           // weight bytes it reads per call (codes, scales, zeros)
 };
 
 struct LayerWeights {

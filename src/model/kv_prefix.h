@@ -36,6 +36,11 @@ class KvPrefix {
   static std::shared_ptr<const KvPrefix> compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,
                                                  const std::function<void(Forward&)>& prepare = {});
 
+  // A prefix from stored rows (a sinkq artifact): k and v are [num_layers][P][kv_dim] each, P =
+  // tokens.size(). Throws sinkq::Error when the sizes disagree or the prefix is empty.
+  static std::shared_ptr<const KvPrefix> from_rows(std::vector<int32_t> tokens, int num_layers, int64_t kv_dim,
+                                                   std::vector<float> k, std::vector<float> v);
+
   int64_t size() const { return int64_t(tokens_.size()); }  // P
   const std::vector<int32_t>& tokens() const { return tokens_; }
   int num_layers() const { return num_layers_; }

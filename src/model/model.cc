@@ -100,6 +100,17 @@ std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64
   return m;
 }
 
+std::shared_ptr<Model> Model::from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir) {
+  SINKQ_CHECK(int64_t(w.layers.size()) == cfg.num_layers, "weights have {} layers, the config {}", w.layers.size(),
+              cfg.num_layers);
+  auto m = std::make_shared<Model>();
+  m->cfg_ = cfg;
+  m->rope_ = RopeTable::make(cfg);
+  m->dir_ = std::move(dir);
+  m->w_ = std::move(w);
+  return m;
+}
+
 std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, ModelWeights w) {
   SINKQ_ASSERT(base != nullptr);
   SINKQ_CHECK(w.layers.size() == base->w_.layers.size(),
@@ -114,11 +125,13 @@ std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, Mo
 }
 
 int64_t Model::decode_weight_bytes() const {
-  auto bytes = [](const Mat& m) { return m.rows * m.cols * int64_t(dtype_size(m.dtype)); };
-  int64_t total = bytes(w_.lm_head);
+  auto bytes = [](const Mat& m, const std::shared_ptr<const LinearImpl>& impl) {
+    return impl ? int64_t(impl->bytes()) : m.rows * m.cols * int64_t(dtype_size(m.dtype));
+  };
+  int64_t total = bytes(w_.lm_head, nullptr);
   for (const LayerWeights& l : w_.layers)
-    total += bytes(l.wq) + bytes(l.wk) + bytes(l.wv) + bytes(l.wo) + bytes(l.w_gate) +
-             bytes(l.w_up) + bytes(l.w_down);
+    total += bytes(l.wq, l.impl.q) + bytes(l.wk, l.impl.k) + bytes(l.wv, l.impl.v) + bytes(l.wo, l.impl.o) +
+             bytes(l.w_gate, l.impl.gate) + bytes(l.w_up, l.impl.up) + bytes(l.w_down, l.impl.down);
   return total;
 }
 
@@ -203,6 +216,23 @@ void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
   store_rows_ = 0;
   k_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
   v_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
+}
+
+std::shared_ptr<const KvPrefix> KvPrefix::from_rows(std::vector<int32_t> tokens, int num_layers, int64_t kv_dim,
+                                                    std::vector<float> k, std::vector<float> v) {
+  SINKQ_CHECK(!tokens.empty(), "the KV prefix is empty");
+  SINKQ_CHECK(num_layers >= 1 && kv_dim >= 1, "KV prefix of {} layers of width {}", num_layers, kv_dim);
+  const size_t want = size_t(num_layers) * tokens.size() * size_t(kv_dim);
+  SINKQ_CHECK(k.size() == want && v.size() == want,
+              "KV prefix rows: K has {} and V {} values, {} layers x {} tokens x {} = {} expected", k.size(), v.size(),
+              num_layers, tokens.size(), kv_dim, want);
+  auto p = std::make_shared<KvPrefix>();
+  p->tokens_ = std::move(tokens);
+  p->num_layers_ = num_layers;
+  p->kv_dim_ = kv_dim;
+  p->k_ = std::move(k);
+  p->v_ = std::move(v);
+  return p;
 }
 
 std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,

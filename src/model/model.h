@@ -28,13 +28,18 @@ class Model {
   // matrices in w.owned). `w` may point into base's buffers (embeddings, norms, the mmap): the new
   // model holds `base` alive for as long as it lives, so those pointers stay valid.
   static std::shared_ptr<Model> with_weights(std::shared_ptr<const Model> base, ModelWeights w);
+  // A model from a validated config and weights built elsewhere (e.g. a sinkq artifact: packed
+  // linears in LayerWeights::impl, the rest pointing into w.store's mapping, which `w` owns).
+  // The RoPE table is made from cfg; dir is informational ("" for none). Checks the layer count.
+  static std::shared_ptr<Model> from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir = "");
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   ModelWeights& mutable_weights() { return w_; }
   const RopeTable& rope() const { return rope_; }
   const std::string& dir() const { return dir_; }  // "" for in-memory models
-  // Bytes of weights one decode step reads (all matrices; the embedding row is negligible).
+  // Bytes of weights one decode step reads (all matrices, a linear with a LinearImpl counted by
+  // its impl's bytes(); the embedding row is negligible).
   int64_t decode_weight_bytes() const;
 
  private:

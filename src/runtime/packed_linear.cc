@@ -118,59 +118,118 @@ PackedFormat activation_format(const ActScheme& a) {
   return dyn ? PackedFormat::A4_PerToken : PackedFormat::A4_PerTensor;
 }
 
+std::vector<WeightBlock> weight_blocks(const WeightScheme& ws, int64_t cols, const std::string& name) {
+  RuntimeConfig check;
+  check.w = ws;
+  check.validate();
+  // Column blocks, as the simulator's fake_quant_weight: [0, main) with the group format, and the
+  // ragged rest (or the whole row) with one scale per row.
+  const int64_t G = ws.group;
+  std::vector<WeightBlock> out;
+  if (G <= 0 || G >= cols) {
+    out.push_back({0, cols, per_row_format(ws, cols, name, 0, cols)});
+  } else {
+    const PackedFormat gf = find_weight_format(ws.bits, ws.symmetric, int(G))->format;  // validated above
+    const int64_t main = cols / G * G;
+    out.push_back({0, main, gf});
+    if (main < cols) out.push_back({main, cols - main, per_row_format(ws, cols - main, name, main, cols)});
+  }
+  return out;
+}
+
+void PackedLinear::init_activation(PackedFormat act, quant::Params static_params) {
+  const lowbit::FormatTraits& at = lowbit::traits(act);
+  SINKQ_CHECK(at.role == lowbit::Role::Activation, "{}: {} is not an activation format", name_, at.name);
+  SINKQ_CHECK(rows_ > 0 && cols_ > 0, "{}: empty weight matrix [{}, {}]", name_, rows_, cols_);
+  SINKQ_CHECK(cols_ <= lowbit::kMaxCols, "{}: {} input columns exceed the integer GEMM's limit of {}", name_, cols_,
+              lowbit::kMaxCols);
+  if (at.granularity == quant::Granularity::PerTensor) {
+    const quant::Params& p = static_params;
+    SINKQ_CHECK(p.granularity == quant::Granularity::PerTensor && p.symmetric && p.bits == at.bits && p.prow == 1 &&
+                    p.pcol == 1 && p.cols() == cols_ && p.scale.size() == 1,
+                "{}: static activation params (int{} {} {}, {} columns) do not fit {} on {} columns (expected "
+                "int{} sym per_tensor)", name_, p.bits, sym_name(p.symmetric), quant::granularity_name(p.granularity),
+                p.cols(), at.name, cols_, at.bits);
+    SINKQ_CHECK(p.scale[0] >= FLT_MIN && p.scale[0] <= FLT_MAX,
+                "{}: static activation scale {} is not a positive normal fp32", name_, p.scale[0]);
+    static_ = std::move(static_params);
+  }
+}
+
 PackedLinear::PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
                            PackedFormat act, quant::Params static_params)
     : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
   RuntimeConfig check;
   check.w = ws;
   check.validate();
-  const lowbit::FormatTraits& at = lowbit::traits(act);
-  SINKQ_CHECK(at.role == lowbit::Role::Activation, "{}: {} is not an activation format", name_, at.name);
-  SINKQ_CHECK(rows > 0 && cols > 0, "{}: empty weight matrix [{}, {}]", name_, rows, cols);
-  SINKQ_CHECK(cols <= lowbit::kMaxCols, "{}: {} input columns exceed the integer GEMM's limit of {}", name_, cols,
-              lowbit::kMaxCols);
-  if (at.granularity == quant::Granularity::PerTensor) {
-    const quant::Params& p = static_params;
-    SINKQ_CHECK(p.granularity == quant::Granularity::PerTensor && p.symmetric && p.bits == at.bits && p.prow == 1 &&
-                    p.pcol == 1 && p.cols() == cols && p.scale.size() == 1,
-                "{}: static activation params (int{} {} {}, {} columns) do not fit {} on {} columns (expected "
-                "int{} sym per_tensor)", name_, p.bits, sym_name(p.symmetric), quant::granularity_name(p.granularity),
-                p.cols(), at.name, cols, at.bits);
-    SINKQ_CHECK(p.scale[0] >= FLT_MIN && p.scale[0] <= FLT_MAX,
-                "{}: static activation scale {} is not a positive normal fp32", name_, p.scale[0]);
-    static_ = std::move(static_params);
-  }
-
-  // Column blocks, as the simulator's fake_quant_weight: [0, main) with the group format, and the
-  // ragged rest (or the whole row) with one scale per row.
-  const int64_t G = ws.group;
-  std::vector<std::pair<int64_t, int64_t>> spans;  // (col0, width)
-  std::vector<PackedFormat> fmts;
-  if (G <= 0 || G >= cols) {
-    spans.emplace_back(0, cols);
-    fmts.push_back(per_row_format(ws, cols, name_, 0, cols));
-  } else {
-    const PackedFormat gf = find_weight_format(ws.bits, ws.symmetric, int(G))->format;  // validated above
-    const int64_t main = cols / G * G;
-    spans.emplace_back(0, main);
-    fmts.push_back(gf);
-    if (main < cols) {
-      spans.emplace_back(main, cols - main);
-      fmts.push_back(per_row_format(ws, cols - main, name_, main, cols));
-    }
-  }
+  init_activation(act, std::move(static_params));
   std::vector<float> buf;
-  for (size_t b = 0; b < spans.size(); ++b) {
-    const auto [c0, width] = spans[b];
+  for (const WeightBlock& b : weight_blocks(ws, cols, name_)) {
     const float* src = w;
-    if (width != cols) {
-      buf.resize(size_t(rows * width));
-      for (int64_t r = 0; r < rows; ++r) std::copy(w + r * cols + c0, w + r * cols + c0 + width, buf.data() + r * width);
+    if (b.cols != cols) {
+      buf.resize(size_t(rows * b.cols));
+      for (int64_t r = 0; r < rows; ++r)
+        std::copy(w + r * cols + b.col0, w + r * cols + b.col0 + b.cols, buf.data() + r * b.cols);
       src = buf.data();
     }
-    const PackedTensor pt = lowbit::quantize(fmts[b], src, rows, width, ws.clip);
-    blocks_.push_back(Block{c0, width, lowbit::repack(pt)});
+    const PackedTensor pt = lowbit::quantize(b.format, src, rows, b.cols, ws.clip);
+    blocks_.push_back(Block{b.col0, b.cols, lowbit::repack(pt)});
   }
+}
+
+PackedLinear::PackedLinear(std::string name, int64_t rows, int64_t cols, std::vector<PlanarBlock> blocks,
+                           PackedFormat act, quant::Params static_params)
+    : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
+  init_activation(act, std::move(static_params));
+  SINKQ_CHECK(!blocks.empty() && blocks.size() <= 2, "{}: {} weight blocks (expected 1, or 2 with a ragged last group)",
+              name_, blocks.size());
+  int64_t next = 0;
+  for (PlanarBlock& b : blocks) {
+    const lowbit::FormatTraits& t = lowbit::traits(b.w.format);
+    SINKQ_CHECK(t.role == lowbit::Role::Weight, "{}: {} is not a weight format", name_, t.name);
+    SINKQ_CHECK(b.col0 == next && b.w.cols > 0 && b.col0 + b.w.cols <= cols && b.w.rows == rows,
+                "{}: weight block at column {} [{}, {}] does not continue the blocks of a [{}, {}] matrix at column {}",
+                name_, b.col0, b.w.rows, b.w.cols, rows, cols, next);
+    SINKQ_CHECK(b.col0 % 2 == 0 || t.bits == 8, "{}: a 4-bit block starts at odd column {}", name_, b.col0);
+    next = b.col0 + b.w.cols;
+    blocks_.push_back(Block{b.col0, b.w.cols, lowbit::repack(b.w)});  // checks the arrays against the shape
+  }
+  SINKQ_CHECK(next == cols, "{}: the weight blocks cover columns [0, {}) of {}", name_, next, cols);
+}
+
+PackedTensor PackedLinear::planar(size_t b) const {
+  SINKQ_ASSERT(b < blocks_.size());
+  const lowbit::KernelWeights& kw = blocks_[b].w;
+  const lowbit::FormatTraits& t = lowbit::traits(kw.format);
+  PackedTensor pt;
+  pt.format = kw.format;
+  pt.rows = kw.rows;
+  pt.cols = kw.cols;
+  const int step = t.bits == 4 ? 8 : 4;
+  const int64_t ng = kw.groups, rb = lowbit::row_bytes(t, kw.cols);
+  pt.codes.assign(size_t(kw.rows * rb), 0);
+  pt.scales.resize(size_t(kw.rows * ng));
+  if (!t.symmetric) pt.zeros.resize(size_t(kw.rows * ng));
+  for (int64_t r = 0; r < kw.rows; ++r) {
+    const int64_t blk = r / 16, i = r % 16;
+    const uint8_t* src = kw.codes.data() + blk * kw.steps * 64 + i * 4;
+    uint8_t* dst = pt.codes.data() + r * rb;
+    for (int64_t c = 0; c < kw.cols; ++c) {
+      const int64_t s = c / step, j = c % step;
+      const uint8_t byte = src[s * 64 + j % 4];
+      // repack stored u = c + 128 (8-bit) or u = c + 8 in the low (j < 4) / high nibble (4-bit).
+      const int code = t.bits == 8 ? int(byte) - 128 : int((byte >> (j < 4 ? 0 : 4)) & 0xF) - 8;
+      if (t.bits == 8)
+        dst[c] = uint8_t(int8_t(code));
+      else
+        dst[c / 2] = uint8_t(dst[c / 2] | ((code & 0xF) << (c % 2 == 0 ? 0 : 4)));
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+      pt.scales[size_t(r * ng + g)] = kw.scales[size_t((blk * ng + g) * 16 + i)];
+      if (!t.symmetric) pt.zeros[size_t(r * ng + g)] = uint8_t(kw.zeros[size_t((blk * ng + g) * 16 + i)]);
+    }
+  }
+  return pt;
 }
 
 void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y) const {

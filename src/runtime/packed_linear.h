@@ -83,6 +83,15 @@ struct RuntimeConfig {
 // The activation format of a scheme (a8/a4 per token or per tensor); validates it.
 lowbit::PackedFormat activation_format(const ActScheme& a);
 
+// The column blocks of a weight matrix with `cols` input columns under `ws` (the simulator's
+// block rule above): (col0, width, format) of each, 1 or 2 blocks. Throws sinkq::Error (naming
+// `name`) when a block has no format.
+struct WeightBlock {
+  int64_t col0 = 0, cols = 0;
+  lowbit::PackedFormat format = lowbit::PackedFormat::W8_PerRow;
+};
+std::vector<WeightBlock> weight_blocks(const WeightScheme& ws, int64_t cols, const std::string& name);
+
 // One packed linear layer y = x̂ · ŵᵀ (+ bias). Immutable after construction; apply() is
 // thread-safe (per-thread scratch) and its result does not depend on the thread count or ISA.
 class PackedLinear final : public LinearImpl {
@@ -97,6 +106,15 @@ class PackedLinear final : public LinearImpl {
   // name: for messages (the HF tensor name).
   PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
                lowbit::PackedFormat act, quant::Params static_params = {});
+  // From already packed weights (an artifact's stored codes, or runtime/quantized_model.h's exact
+  // packing): one PackedTensor per column block, in column order, covering [0, cols) without gaps,
+  // each a weight format with `rows` rows. Throws sinkq::Error naming `name` otherwise.
+  struct PlanarBlock {
+    int64_t col0 = 0;
+    lowbit::PackedTensor w;
+  };
+  PackedLinear(std::string name, int64_t rows, int64_t cols, std::vector<PlanarBlock> blocks,
+               lowbit::PackedFormat act, quant::Params static_params = {});
 
   void apply(const float* x, int64_t T, const float* bias, float* y) const override;
   std::string describe() const override;
@@ -105,11 +123,18 @@ class PackedLinear final : public LinearImpl {
   int64_t cols() const { return cols_; }
   lowbit::PackedFormat activation() const { return act_; }
   const std::vector<Block>& blocks() const { return blocks_; }
-  size_t bytes() const;  // packed weight bytes (codes, scales, zeros)
+  // Block b back in the planar file layout (lowbit/formats.h), recovered from the kernel layout
+  // (exact inverse of lowbit::repack): what an artifact stores.
+  lowbit::PackedTensor planar(size_t b) const;
+  const quant::Params& static_params() const { return static_; }  // per-tensor formats only
+  const std::string& name() const { return name_; }
+  size_t bytes() const override;  // packed weight bytes (codes, scales, zeros)
 
  private:
   std::string name_;
   int64_t rows_ = 0, cols_ = 0;
+  void init_activation(lowbit::PackedFormat act, quant::Params static_params);
+
   lowbit::PackedFormat act_;
   quant::Params static_;      // per-tensor formats only
   std::vector<Block> blocks_;  // 1, or 2 with a ragged last group

@@ -1,0 +1,84 @@
+// sinkq/runtime/artifact.h — the quantized model as one self-describing directory, written
+// atomically and loaded by mmap.
+//
+// Layout of an artifact directory (format_version 1):
+//   config.json          the source model's HF config, byte for byte (validated on load exactly as
+//                        a model directory's: io/config.h)
+//   model.safetensors    every tensor (io/safetensors.h; U8 / I32 tensors are raw integer dtypes):
+//     <linear>.codes        U8  [rows, row_bytes]  packed codes of the linear's first column block
+//     <linear>.scales       F32 [rows, groups]     its scales
+//     <linear>.zeros        U8  [rows, groups]     its zero points (asymmetric formats only)
+//     <linear>.tail.{codes,scales,zeros}           the ragged last group's block, when there is one
+//         <linear> = the HF name without ".weight", e.g. model.layers.0.self_attn.q_proj; the byte
+//         layout is lowbit/formats.h's planar layout (kernel interleaving is a repack at load time)
+//     model.layers.<l>.<site>.act_scale  F32 [1]   static per-tensor activation scale (site =
+//                                                  attn_in | o_in | mlp_in | down_in)
+//     model.layers.<l>.{k,v}.kv_scale   F32 [n]    static KV params of that layer and site (n =
+//     model.layers.<l>.{k,v}.kv_zero    I32 [n]    kv heads per-head, 1 per-tensor; zeros only when
+//     model.layers.<l>.{k,v}.kv_clip    F32 [1]    asymmetric; the chosen clip ratio, informational)
+//     sinkq.prefix.tokens   I32 [P]                the KV prefix's token ids
+//     sinkq.prefix.k / .v   F32 [layers, P, kv_dim] its keys (after RoPE and R3) and values
+//     model.embed_tokens.weight, lm_head.weight (untied only), norms, q/k/v biases: the HF
+//         names; embeddings / lm_head in the QuantizedModel's dtype (the source's, or fp_dtype),
+//         norms and biases F32
+//     __metadata__: "format" = "sinkq-artifact", "format_version" = "1", and per linear
+//         "<linear>" = {"shape": [rows, cols], "blocks": [[col0, cols, PackedFormat value], ..]}
+//   sinkq_recipe.json    format / format_version / sinkq_version, "source" (model dir and the FNV-1a
+//                        64 hash of its config.json), "runtime" (weights / activations / kv as run;
+//                        kv.static = the static KV params' layout),
+//                        "rotation" (on, seed), "prefix" (tokens, source), "fp_dtype", "sim" (the
+//                        full SimConfig JSON with its calibration result, wall-clock times
+//                        ("seconds", "*_seconds") removed), "tensors" (inventory: name -> dtype, shape)
+//   tokenizer files      copied from the source directory (tokenizer.json, tokenizer.model,
+//                        tokenizer_config.json, special_tokens_map.json, generation_config.json, ...)
+//
+// Deterministic: the same QuantizedModel gives byte-identical files (sorted JSON keys, no times,
+// safetensors in a fixed order). Atomic: everything is written into OUT.tmp-<pid>, then one
+// rename(2); on any error the temp directory is removed and OUT is untouched.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "runtime/quantized_model.h"
+
+namespace sinkq::runtime {
+
+inline constexpr int kArtifactFormatVersion = 1;
+
+struct WriteOptions {
+  // Replace an existing OUT (atomically: OUT is renamed away, the new one renamed in, the old one
+  // deleted). Without it an existing OUT is a sinkq::Error.
+  bool force = false;
+  // Test hook: called with each file name just before it is written into the temp directory; may
+  // throw to simulate a failure mid-write.
+  std::function<void(const std::string& file)> before_file;
+};
+
+// What was written: file -> bytes, and their sum.
+struct ArtifactInfo {
+  std::string dir;
+  std::vector<std::pair<std::string, uint64_t>> files;
+  uint64_t total_bytes = 0;
+};
+
+// Writes `qm` (whose source model directory is `model_dir`: config.json and tokenizer files are
+// copied from it) into `out_dir`. Throws sinkq::Error naming the path on any failure (nothing is
+// left behind then).
+ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_dir, const std::string& out_dir,
+                            const WriteOptions& opt = {});
+
+// Whether `dir` looks like an artifact (has sinkq_recipe.json); says nothing about its validity.
+bool is_artifact(const std::string& dir);
+
+// Loads and validates an artifact (mmap; the packed codes are repacked for the kernels, the
+// embeddings stay in the mapping). Every inconsistency (missing or mistyped recipe field, unknown
+// format value, tensor missing / extra / of the wrong shape or dtype) is a sinkq::Error naming the
+// file and the field or tensor. The result's cfg holds what the runtime needs (weights,
+// activations, rotation, prefix tokens); the whole simulated configuration is recipe["sim"].
+QuantizedModel load_artifact(const std::string& dir);
+
+// FNV-1a 64-bit hash of a file's bytes, as 16 lowercase hex digits (the recipe's config hash).
+std::string fnv1a64_file(const std::string& path);
+
+}  // namespace sinkq::runtime

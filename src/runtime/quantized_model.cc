@@ -1,0 +1,281 @@
+#include "runtime/quantized_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+#include "quant/rotate.h"
+
+namespace sinkq::runtime {
+
+namespace {
+
+using lowbit::PackedFormat;
+using lowbit::PackedTensor;
+
+constexpr Site kActSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+bool is_act_site(Site s) {
+  for (Site a : kActSites)
+    if (a == s) return true;
+  return false;
+}
+
+// Whether every element j of the group (x[j], j in [0, n)) is fl(L_j · s) for an integer level
+// L_j in [lo, hi]; fills the levels. quant::dequantize computes x̂ = float(L) · s.
+bool reproduces(const float* x, int64_t n, float s, int lo, int hi, int* level) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float l = std::nearbyint(x[j] / s);
+    if (!(l >= float(lo) && l <= float(hi)) || float(l) * s != x[j]) return false;
+    level[j] = int(l);
+  }
+  return true;
+}
+
+}  // namespace
+
+PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t cols, const std::string& name) {
+  const lowbit::FormatTraits& t = lowbit::traits(f);
+  SINKQ_CHECK(t.role == lowbit::Role::Weight, "pack_exact: {} is not a weight format", t.name);
+  const PackedTensor first = lowbit::quantize(f, w, rows, cols, /*clip_ratio=*/1.0f);
+  quant::Params p = lowbit::params_of(first);
+  const quant::QuantSpec spec = lowbit::quant_spec(f);
+  const int off = quant::code_offset(spec);
+  const int64_t ng = first.groups(), gcols = cols / ng;
+  std::vector<int8_t> q = lowbit::unpack_codes(first);
+  std::vector<int> level(static_cast<size_t>(gcols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < ng; ++g) {
+      const float* x = w + r * cols + g * gcols;
+      float& s = p.scale[size_t(r * ng + g)];
+      const int z = t.symmetric ? 0 : p.zero[size_t(r * ng + g)];
+      const int lo = quant::qmin(spec) - z, hi = quant::qmax(spec) - z;
+      // Candidates for the simulator's s: the scale clip 1 finds (max|ŵ|/qmax, within an ulp or two
+      // of s when an element sits at +qmax or at both ends, asymmetric) and, symmetric, max|ŵ|/2^(N-1)
+      // (with clip < 1 a negative outlier clamps to the code -2^(N-1), one step beyond -qmax).
+      float amax = 0.0f;
+      for (int64_t j = 0; j < gcols; ++j) amax = std::max(amax, std::fabs(x[j]));
+      const float s0 = s;
+      const float bases[2] = {s0, t.symmetric ? amax / float(-quant::qmin(spec)) : s0};
+      bool ok = false;
+      for (int cand = 0; cand < 2 && !ok; ++cand) {
+        for (int k = 0; k <= 8 && !ok; ++k) {
+          for (int sign : {1, -1}) {
+            float c = bases[cand];
+            for (int i = 0; i < k; ++i) c = std::nextafter(c, sign > 0 ? INFINITY : 0.0f);
+            if (c >= FLT_MIN && reproduces(x, gcols, c, lo, hi, level.data())) {
+              s = c;
+              ok = true;
+              break;
+            }
+            if (k == 0) break;
+          }
+        }
+      }
+      SINKQ_CHECK(ok,
+                  "{}: row {} group {} ({} columns) is not on a {} quantization grid near scale {} (zero point {}): "
+                  "the weights were not fake-quantized with this format, so packing them would change them",
+                  name, r, g, gcols, t.name, s0, z);
+      for (int64_t j = 0; j < gcols; ++j) q[size_t(r * cols + g * gcols + j)] = int8_t(level[size_t(j)] + z - off);
+    }
+  }
+  PackedTensor out = lowbit::pack(f, q.data(), p, rows, cols);
+  // The promise, checked: the packed tensor dequantizes to w bit for bit.
+  std::vector<float> back(size_t(rows * cols));
+  lowbit::dequantize(out, back.data());
+  SINKQ_ASSERT(std::memcmp(back.data(), w, back.size() * sizeof(float)) == 0);
+  return out;
+}
+
+namespace {
+
+RuntimeConfig runtime_config_impl(const quant::SimConfig& cfg, const std::vector<quant::StaticQuant>& statics,
+                                  bool need_scales) {
+  cfg.validate();
+  SINKQ_CHECK(cfg.w.on(),
+              "unquantized weights (--w-bits 16) cannot run on the packed runtime: it runs int8 / int4 linear layers "
+              "only (use the full-precision model itself)");
+  SINKQ_CHECK(cfg.a.on(),
+              "weight-only quantization (W{}A16, fp32 activations) cannot run: the lowbit kernels multiply int8 / "
+              "int4 activation codes; quantize activations (--a-bits 8 or 4), or use the simulator", cfg.w.bits);
+  SINKQ_CHECK(cfg.a.mode != quant::ActMode::Cross,
+              "CrossQuant activations (--a-quant cross) cannot run: their per-element scales s_ij = "
+              "rowmax_i^α·colmax_j^(1-α) are neither per-token nor per-tensor, and the integer GEMM fuses only "
+              "those; use --a-quant dynamic or static, or the simulator");
+  if (cfg.kv.on()) {
+    // The packed KV cache (packed_kv.h); throws for schemes it cannot store. Static params are
+    // checked against the model when a Forward gets the cache.
+    KvScheme ks = KvScheme::from_sim(cfg.kv, statics);
+    ks.validate();
+    kv_format(ks);
+  }
+  RuntimeConfig rt;
+  rt.w.bits = cfg.w.bits;
+  rt.w.group = cfg.w.group;
+  rt.w.symmetric = cfg.w.symmetric;
+  rt.w.clip = 1.0f;  // the weights packed are already fake-quantized with the chosen clip
+  rt.a.bits = cfg.a.bits;
+  rt.a.symmetric = cfg.a.symmetric;
+  rt.a.mode = cfg.a.mode == quant::ActMode::Static ? ActMode::Static : ActMode::Dynamic;
+  for (const quant::StaticQuant& q : statics) {
+    if (!is_act_site(q.site)) continue;  // K / V: the KV scheme's
+    SINKQ_CHECK(rt.a.mode == ActMode::Static, "static activation params for layer {} site {} with dynamic "
+                "activations", q.layer, site_name(q.site));
+    SINKQ_CHECK(q.spec.granularity == quant::Granularity::PerTensor && q.spec.symmetric,
+                "static activations of layer {} site {} are {}: the kernels take symmetric per-tensor scales only",
+                q.layer, site_name(q.site), quant::describe(q.spec));
+    rt.a.scales.push_back({q.layer, q.site, q.params});
+  }
+  RuntimeConfig check = rt;
+  if (!need_scales && check.a.mode == ActMode::Static && check.a.scales.empty()) check.a.scales.resize(1);
+  check.validate();
+  return rt;
+}
+
+}  // namespace
+
+RuntimeConfig runtime_config(const quant::SimConfig& cfg, const std::vector<quant::StaticQuant>& statics) {
+  return runtime_config_impl(cfg, statics, /*need_scales=*/true);
+}
+
+void check_runnable(const quant::SimConfig& cfg) { runtime_config_impl(cfg, {}, /*need_scales=*/false); }
+
+namespace {
+
+// m rounded to dtype (owned by w), or m itself when it already has that dtype. Values are
+// widened to fp32 first, then rounded to nearest even (f32_to_bf16 / f32_to_f16).
+Mat convert_mat(const Mat& m, DType dtype, ModelWeights& w) {
+  if (m.dtype == dtype) return m;
+  const size_t n = size_t(m.rows * m.cols);
+  std::vector<float> f32(n);
+  to_f32(m.dtype, m.data, f32.data(), n);
+  Mat out = m;
+  out.dtype = dtype;
+  if (dtype == DType::F32) {
+    out.data = w.own(std::move(f32));
+    return out;
+  }
+  std::vector<float> store((n + 1) / 2, 0.0f);  // 16-bit elements in fp32-aligned owned storage
+  uint16_t* h = reinterpret_cast<uint16_t*>(store.data());
+  for (size_t i = 0; i < n; ++i) h[i] = dtype == DType::BF16 ? f32_to_bf16(f32[i]) : f32_to_f16(f32[i]);
+  out.data = w.own(std::move(store));
+  return out;
+}
+
+}  // namespace
+
+QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions& opt) {
+  SINKQ_ASSERT(sim.model != nullptr);
+  QuantizedModel qm;
+  qm.cfg = sim.cfg;
+  qm.rt = runtime_config(sim.cfg, sim.statics);
+  if (sim.cfg.kv.on()) qm.kv = KvScheme::from_sim(sim.cfg.kv, sim.statics);
+  qm.prefix = sim.prefix;
+  qm.recipe = sim.to_json();
+  const PackedFormat act = activation_format(qm.rt.a);
+
+  const ModelWeights& src = sim.model->weights();
+  const int L = int(src.layers.size());
+  std::vector<const quant::Params*> table(size_t(L) * 4, nullptr);
+  for (const StaticActScale& e : qm.rt.a.scales) {
+    int slot = 0;
+    while (kActSites[slot] != e.site) ++slot;
+    SINKQ_CHECK(e.layer >= 0 && e.layer < L, "static activation scale for layer {}: the model has {} layers", e.layer,
+                L);
+    table[size_t(e.layer) * 4 + size_t(slot)] = &e.params;
+  }
+  constexpr int kSlotOf[7] = {0, 0, 0, 1, 2, 2, 3};  // q k v -> attn_in, o -> o_in, gate up -> mlp_in, down
+
+  ModelWeights w;
+  w.embed = src.embed;
+  w.lm_head = src.lm_head;
+  w.final_norm = src.final_norm;
+  w.layers = src.layers;
+  if (opt.fp_dtype) {
+    const bool tied = src.lm_head.data == src.embed.data;
+    w.embed = convert_mat(src.embed, *opt.fp_dtype, w);
+    w.lm_head = tied ? w.embed : convert_mat(src.lm_head, *opt.fp_dtype, w);
+  }
+  std::vector<std::shared_ptr<const LinearImpl>> packed(size_t(L) * 7);
+  std::vector<std::exception_ptr> errors(packed.size());
+  const int64_t jobs = int64_t(L) * 7;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
+  for (int64_t j = 0; j < jobs; ++j) {
+    try {
+      const int l = int(j / 7), i = int(j % 7);
+      const LayerWeights& lw = src.layers[size_t(l)];
+      SINKQ_CHECK(!lw.impl.q && !lw.impl.down, "build_quantized: layer {} of the simulator's model already runs "
+                  "packed linears", l);
+      const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
+      const Mat& m = *mats[i];
+      std::vector<float> f32(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, f32.data(), f32.size());
+      std::vector<PackedLinear::PlanarBlock> blocks;
+      std::vector<float> buf;
+      for (const WeightBlock& b : weight_blocks(qm.rt.w, m.cols, m.name)) {
+        const float* x = f32.data();
+        if (b.cols != m.cols) {
+          buf.resize(size_t(m.rows * b.cols));
+          for (int64_t r = 0; r < m.rows; ++r)
+            std::copy(f32.data() + r * m.cols + b.col0, f32.data() + r * m.cols + b.col0 + b.cols,
+                      buf.data() + r * b.cols);
+          x = buf.data();
+        }
+        blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
+      }
+      const quant::Params* sp = table[size_t(l) * 4 + size_t(kSlotOf[i])];
+      packed[size_t(j)] = std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), act,
+                                                               sp ? *sp : quant::Params{});
+    } catch (...) {
+      errors[size_t(j)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (int l = 0; l < L; ++l) {
+    LayerWeights& lw = w.layers[size_t(l)];
+    std::shared_ptr<const LinearImpl>* slots[7] = {&lw.impl.q,    &lw.impl.k,  &lw.impl.v,   &lw.impl.o,
+                                                   &lw.impl.gate, &lw.impl.up, &lw.impl.down};
+    Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
+    for (int i = 0; i < 7; ++i) {
+      *slots[i] = packed[size_t(l) * 7 + size_t(i)];
+      // Shape and name only: the packed linear runs, the fp32 matrix is never read (io/weights.h).
+      mats[i]->data = nullptr;
+      mats[i]->dtype = DType::F32;
+    }
+  }
+  qm.model = Model::with_weights(sim.model, std::move(w));
+  return qm;
+}
+
+std::vector<int> QuantizedModel::attach(Forward& fwd) const {
+  SINKQ_CHECK(&fwd.model() == model.get(), "QuantizedModel::attach: the Forward must run QuantizedModel::model");
+  std::vector<int> handles = quant::attach_online_rotation(fwd, cfg.rotate);
+  if (prefix) fwd.set_prefix(prefix);
+  if (kv) attach_packed_kv(fwd, *kv);
+  return handles;
+}
+
+std::string QuantizedModel::describe() const {
+  std::string s = rt.describe();
+  if (cfg.rotate.on) s += fmt::format(" | rotate seed={}", cfg.rotate.seed);
+  if (kv) s += " | " + kv->describe();
+  if (prefix) s += fmt::format(" | prefix {} tokens", prefix->size());
+  return s;
+}
+
+size_t QuantizedModel::packed_bytes() const {
+  size_t n = 0;
+  for (const LayerWeights& lw : model->weights().layers)
+    for (const auto* impl : {&lw.impl.q, &lw.impl.k, &lw.impl.v, &lw.impl.o, &lw.impl.gate, &lw.impl.up, &lw.impl.down})
+      if (const auto* p = dynamic_cast<const PackedLinear*>(impl->get())) n += p->bytes();
+  return n;
+}
+
+}  // namespace sinkq::runtime

@@ -1,0 +1,116 @@
+// `sinkq quantize`: writes an artifact and says what it wrote (sizes, ratio to fp16); the same
+// inputs give byte-identical files; bad flags, unrunnable configurations and an existing output
+// fail with exit 1 and a message naming the cause, leaving no output behind.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/cli_run.h"
+#include "core/mmap.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+namespace fs = std::filesystem;
+using clitest::expect_error;
+using clitest::run;
+using clitest::RunResult;
+using nlohmann::json;
+
+std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
+std::string sample_text() { return testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt"; }
+
+RunResult quantize(const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> a{"quantize", "-m", stories(), "-o", out, "--threads", "2"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return run(a);
+}
+std::map<std::string, std::string> dir_bytes(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = read_file(e.path().string());
+  return m;
+}
+size_t count_entries(const std::string& dir) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+TEST(CliQuantize, W8A8AndW4A8WriteArtifacts) {
+  testing::TempDir tmp;
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"w8a8", {"--preset", "w8a8"}}, {"w4a8", {"--preset", "w8a8", "--w-bits", "4"}}}) {
+    SCOPED_TRACE(name);
+    std::vector<std::string> f = flags;
+    f.push_back("--json");
+    const RunResult r = quantize(tmp.file(name), f);
+    ASSERT_EQ(r.rc, 0) << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j.at("out"), tmp.file(name));
+    EXPECT_EQ(j.at("fp_dtype"), "F16");  // fp32 source: auto stores embeddings as f16
+    EXPECT_GT(j.at("ratio_to_fp16").get<double>(), 0.1);
+    EXPECT_LT(j.at("ratio_to_fp16").get<double>(), name == "w4a8" ? 0.45 : 0.65);
+    for (const char* file : {"model.safetensors", "config.json", "sinkq_recipe.json", "tokenizer.json", "tokenizer.model"})
+      EXPECT_TRUE(j.at("files").contains(file)) << file;
+    const json recipe = json::parse(read_file(tmp.file(name) + "/sinkq_recipe.json"));
+    EXPECT_EQ(recipe.at("runtime").at("weights").at("bits"), name == "w4a8" ? 4 : 8);
+    EXPECT_EQ(recipe.at("sinkq_version").get<std::string>().empty(), false);
+    EXPECT_NE(r.err.find("quantize: writing"), std::string::npos) << r.err;
+  }
+  // Text output: what was written and the ratio.
+  const RunResult r = quantize(tmp.file("text"), {"--preset", "w8a8", "--w-bits", "4", "--fp-dtype", "bf16"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote " + tmp.file("text") + " (W4 per-channel sym | A8 dynamic per-token sym)"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("x the fp16 model"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("embeddings BF16"), std::string::npos) << r.out;
+}
+
+TEST(CliQuantize, ByteIdenticalOnRerunAndForce) {
+  testing::TempDir tmp;
+  // PrefixQuant's W4A8KV4: rotation, weight clip grid, static activations and KV (fixed clip: fast), the
+  // auto prefix.
+  const std::vector<std::string> flags = {"--preset", "prefixquant-w4a8kv4", "--rotate-seed", "3", "--a-clip", "1",
+                                          "--kv-clip", "1", "--calib", sample_text(), "--calib-samples", "2",
+                                          "--calib-len", "48"};
+  ASSERT_EQ(quantize(tmp.file("a"), flags).rc, 0);
+  ASSERT_EQ(quantize(tmp.file("b"), flags).rc, 0);
+  const auto a = dir_bytes(tmp.file("a"));
+  EXPECT_TRUE(a == dir_bytes(tmp.file("b")));
+  const json recipe = json::parse(a.at("sinkq_recipe.json"));
+  EXPECT_FALSE(recipe.at("prefix").is_null());
+  EXPECT_EQ(recipe.at("runtime").at("kv").at("mode"), "static");
+  EXPECT_EQ(recipe.at("rotation").at("seed"), 3);
+  // Existing output: refused, untouched; --force replaces it, nothing else is left.
+  expect_error(quantize(tmp.file("a"), {"--preset", "w8a8"}), {"already exists", "--force"});
+  EXPECT_TRUE(dir_bytes(tmp.file("a")) == a);
+  std::vector<std::string> forced = flags;
+  forced.push_back("--force");
+  ASSERT_EQ(quantize(tmp.file("a"), forced).rc, 0);
+  EXPECT_TRUE(dir_bytes(tmp.file("a")) == a);
+  EXPECT_EQ(count_entries(tmp.path()), 2u);
+}
+
+TEST(CliQuantize, ErrorsLeaveNothing) {
+  testing::TempDir tmp;
+  const std::string out = tmp.file("out");
+  expect_error(quantize(out, {"--preset", "w8a8", "--a-quant", "static"}), {"--a-quant static", "--calib"});
+  expect_error(quantize(out, {"--preset", "nope"}), {"unknown preset 'nope'"});
+  expect_error(quantize(out, {"--preset", "w4a8kv4", "--kv-bits", "3"}), {"packed KV: int3 is not a packed KV format"});
+  expect_error(quantize(out, {"--preset", "w4a16"}), {"weight-only quantization (W4A16"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--a-quant", "cross"}), {"CrossQuant activations"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--fp-dtype", "f8"}), {"unknown --fp-dtype 'f8'"});
+  expect_error(quantize(tmp.file("no/such/out"), {"--preset", "w8a8"}), {"parent directory", "does not exist"});
+  const RunResult no_out = run({"quantize", "-m", stories(), "--preset", "w8a8"});
+  EXPECT_NE(no_out.rc, 0);
+  EXPECT_NE(no_out.err.find("--out is required"), std::string::npos) << no_out.err;
+  EXPECT_EQ(count_entries(tmp.path()), 0u);
+}
+
+}  // namespace
+}  // namespace sinkq

@@ -1,0 +1,369 @@
+// The sinkq artifact (src/runtime/artifact.h): a written and re-loaded artifact runs exactly the
+// in-memory QuantizedModel (logits bit for bit), the same model gives byte-identical files, a
+// failure mid-write leaves nothing behind, and corrupted artifacts give errors naming the file
+// and the field or tensor.
+#include "runtime/artifact.h"
+
+#include <gmock/gmock.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/mmap.h"
+#include "io/safetensors.h"
+#include "quant/rotate.h"
+#include "quant/sim.h"
+#include "util/testutil.h"
+
+namespace sinkq::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using nlohmann::json;
+using testing::error_of;
+
+std::string model_dir(const char* name) { return testing::shared_dir() + "/models/" + name; }
+std::shared_ptr<const Model> load(const char* name) {
+  static std::map<std::string, std::shared_ptr<const Model>> cache;
+  auto& m = cache[name];
+  if (!m) m = Model::load(model_dir(name));
+  return m;
+}
+// Qwen2 with biases, untied, on a temp dir with stories260K's tokenizer (vocab 512).
+const std::string& tiny_dir() {
+  static testing::TempDir dir;
+  static const bool made = [] {
+    testing::TinyModelSpec s;
+    s.architecture = "Qwen2ForCausalLM";
+    s.hidden = 128;
+    s.intermediate = 192;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.qkv_bias = true;
+    s.init_scale = 0.15f;
+    testing::write_tiny_model(dir.path(), s);
+    return true;
+  }();
+  (void)made;
+  return dir.path();
+}
+
+std::vector<int32_t> prompt(int n, int salt = 0) {
+  std::vector<int32_t> t{1};
+  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
+  return t;
+}
+constexpr int kTokens = 40;
+
+std::vector<float> logits(const QuantizedModel& qm, const std::vector<int32_t>& toks) {
+  Forward f(qm.model, kTokens);
+  qm.attach(f);
+  const auto l = f.step(toks, true);
+  return {l.begin(), l.end()};
+}
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+QuantizedModel quantize(std::shared_ptr<const Model> base, quant::SimConfig c, std::optional<DType> fp = {}) {
+  const std::vector<std::vector<int32_t>> calib = {prompt(24, 1), prompt(24, 2)};
+  c.calib.weight_rows = 16;
+  const quant::SimModel sim = quant::build_sim(base, c, c.needs_calibration() ? calib : decltype(calib){});
+  QuantizeOptions o;
+  o.fp_dtype = fp;
+  return build_quantized(sim, o);
+}
+quant::SimConfig config(const char* preset, bool rotate = false) {
+  quant::SimConfig c = quant::SimConfig::from_preset(preset);
+  c.rotate.on = rotate;
+  c.rotate.seed = 11;
+  return c;
+}
+
+std::map<std::string, std::string> dir_bytes(const std::string& dir) {
+  std::map<std::string, std::string> m;
+  for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = read_file(e.path().string());
+  return m;
+}
+// Everything in `parent` whose name starts with `stem` (leftovers of a failed write).
+std::vector<std::string> entries(const std::string& parent) {
+  std::vector<std::string> v;
+  for (const auto& e : fs::directory_iterator(parent)) v.push_back(e.path().filename().string());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+TEST(Artifact, RoundTripIsBitExact) {
+  struct Case {
+    const char* name;
+    std::string dir;
+    quant::SimConfig cfg;
+    std::optional<DType> fp;
+    bool prefix;
+  };
+  quant::SimConfig g32asym = config("w8a8");
+  g32asym.w.bits = 4;
+  g32asym.w.group = 32;
+  g32asym.w.symmetric = false;
+  quant::SimConfig a4static = config("w8a8", true);
+  a4static.w.bits = 4;
+  a4static.w.clip_grid = true;
+  a4static.a.bits = 4;
+  a4static.a.mode = quant::ActMode::Static;
+  quant::SimConfig kv4 = config("w4a8kv4", true);
+  quant::SimConfig kv8s = config("w8a8kv8");
+  kv8s.a.mode = quant::ActMode::Static;
+  kv8s.kv.mode = quant::KvMode::Static;
+  kv8s.kv.symmetric = false;
+  quant::SimConfig g128 = config("w8a8", true);
+  g128.w.bits = 4;
+  g128.w.group = 128;
+  const std::vector<Case> cases = {
+      {"stories w8a8", model_dir("stories260K"), config("w8a8"), std::nullopt, false},
+      {"stories w8a8 f16 + prefix", model_dir("stories260K"), config("w8a8"), DType::F16, true},
+      {"stories w4a4 static rotated bf16", model_dir("stories260K"), a4static, DType::BF16, false},
+      {"tiny-qwen2 w4a8 g32 asym", tiny_dir(), g32asym, std::nullopt, false},
+      {"stories w4a8kv4 rotated + prefix", model_dir("stories260K"), kv4, std::nullopt, true},
+      {"tiny-qwen2 w8a8 static kv8 static asym per-head", tiny_dir(), kv8s, std::nullopt, false},
+      {"tiny-qwen2 w4a8 g128 rotated + prefix", tiny_dir(), g128, std::nullopt, true},
+  };
+  const auto toks = prompt(kTokens - 3);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto base = Model::load(c.dir);
+    QuantizedModel qm = quantize(base, c.cfg, c.fp);
+    if (c.prefix) {
+      // A full-precision prefix as the simulator builds it: the rotated fp model with its online
+      // rotations (the tokens: [BOS] and two others).
+      const auto fp = quant::rotate_model(base, c.cfg.rotate);
+      qm.prefix = KvPrefix::compute(fp, {1, 13, 29}, [&](Forward& f) { quant::attach_online_rotation(f, c.cfg.rotate); });
+    }
+    testing::TempDir tmp;
+    const std::string out = tmp.file("art");
+    const ArtifactInfo info = write_artifact(qm, c.dir, out);
+    EXPECT_TRUE(is_artifact(out));
+    EXPECT_GT(info.total_bytes, 0u);
+    const QuantizedModel back = load_artifact(out);
+    EXPECT_EQ(back.rt.describe(), qm.rt.describe());
+    EXPECT_EQ(back.kv.has_value(), c.cfg.kv.on());
+    EXPECT_EQ(back.describe(), qm.describe());
+    EXPECT_EQ(back.model->weights().embed.dtype, qm.model->weights().embed.dtype);
+    ASSERT_EQ(back.prefix != nullptr, qm.prefix != nullptr);
+    if (qm.prefix) {
+      EXPECT_EQ(back.prefix->tokens(), qm.prefix->tokens());
+      for (int l = 0; l < qm.prefix->num_layers(); ++l) {
+        const KvSegment a = qm.prefix->segment(l), b = back.prefix->segment(l);
+        const size_t n = size_t(a.rows * qm.prefix->kv_dim()) * sizeof(float);
+        EXPECT_EQ(std::memcmp(a.k, b.k, n), 0) << "layer " << l;
+        EXPECT_EQ(std::memcmp(a.v, b.v, n), 0) << "layer " << l;
+      }
+    }
+    EXPECT_TRUE(bit_equal(logits(back, toks), logits(qm, toks)));
+    // The tokenizer and config came along; the recipe states what was done.
+    EXPECT_TRUE(fs::exists(out + "/config.json"));
+    EXPECT_EQ(read_file(out + "/config.json"), read_file(c.dir + "/config.json"));
+    EXPECT_TRUE(fs::exists(out + "/tokenizer.json") || fs::exists(out + "/tokenizer.model"));
+    const json r = json::parse(read_file(out + "/sinkq_recipe.json"));
+    EXPECT_EQ(r.at("format_version"), kArtifactFormatVersion);
+    EXPECT_EQ(r.at("rotation").at("on"), c.cfg.rotate.on);
+    EXPECT_EQ(r.at("source").at("config_fnv1a64"), fnv1a64_file(c.dir + "/config.json"));
+    EXPECT_TRUE(r.at("sim").contains("weights"));
+    EXPECT_EQ(r.at("tensors").size(), SafetensorsFile::open(out + "/model.safetensors", true)->tensors().size());
+  }
+}
+
+TEST(Artifact, DeterministicBytes) {
+  const QuantizedModel qm = quantize(load("stories260K"), config("w8a8", true), DType::F16);
+  testing::TempDir tmp;
+  write_artifact(qm, model_dir("stories260K"), tmp.file("a"));
+  write_artifact(qm, model_dir("stories260K"), tmp.file("b"));
+  // And from a second, independent quantization of the same inputs and seed.
+  write_artifact(quantize(load("stories260K"), config("w8a8", true), DType::F16), model_dir("stories260K"),
+                 tmp.file("c"));
+  const auto a = dir_bytes(tmp.file("a"));
+  EXPECT_TRUE(a == dir_bytes(tmp.file("b")));
+  EXPECT_TRUE(a == dir_bytes(tmp.file("c")));
+  EXPECT_TRUE(a.count("model.safetensors") && a.count("sinkq_recipe.json") && a.count("tokenizer.json"));
+}
+
+TEST(Artifact, AtomicWrites) {
+  const QuantizedModel qm = quantize(load("stories260K"), config("w8a8"));
+  const std::string src = model_dir("stories260K");
+  testing::TempDir tmp;
+  const std::string out = tmp.file("art");
+  // A failure after the tensors were written: nothing is left.
+  for (const char* at : {"model.safetensors", "sinkq_recipe.json", "tokenizer.json"}) {
+    WriteOptions o;
+    o.before_file = [&](const std::string& f) {
+      if (f == at) throw Error(fmt::format("injected failure before {}", f));
+    };
+    EXPECT_THAT(error_of([&] { write_artifact(qm, src, out, o); }), HasSubstr("injected failure"));
+    EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{}) << at;
+  }
+  // A parent that does not exist.
+  EXPECT_THAT(error_of([&] { write_artifact(qm, src, tmp.file("no/such/dir")); }),
+              HasSubstr("its parent directory"));
+  // Existing output: refused; --force replaces it atomically and leaves nothing else.
+  write_artifact(qm, src, out);
+  const auto before = dir_bytes(out);
+  EXPECT_THAT(error_of([&] { write_artifact(qm, src, out); }),
+              HasSubstr("already exists: refusing to overwrite it (use --force"));
+  WriteOptions force;
+  force.force = true;
+  force.before_file = [&](const std::string& f) {
+    if (f == "sinkq_recipe.json") throw Error("injected");
+  };
+  EXPECT_THAT(error_of([&] { write_artifact(qm, src, out, force); }), HasSubstr("injected"));
+  EXPECT_TRUE(dir_bytes(out) == before);  // a failed --force keeps the old artifact
+  force.before_file = nullptr;
+  const QuantizedModel other = quantize(load("stories260K"), config("w8a8", true));
+  write_artifact(other, src, out + "/", force);
+  EXPECT_EQ(entries(tmp.path()), std::vector<std::string>{"art"});
+  EXPECT_FALSE(dir_bytes(out) == before);
+  EXPECT_TRUE(load_artifact(out).cfg.rotate.on);
+  // The source directory must be the model's.
+  EXPECT_THAT(error_of([&] { write_artifact(qm, tiny_dir(), tmp.file("x")); }),
+              HasSubstr("is not the source of this quantized model"));
+}
+
+// Rewrites an artifact's safetensors file after `edit` (tensors by name, metadata).
+struct Tensors {
+  std::map<std::string, std::pair<TensorToWrite, std::vector<std::byte>>> t;
+  std::map<std::string, std::string> meta;
+};
+void rewrite(const std::string& dir, const std::function<void(Tensors&)>& edit) {
+  const std::string path = dir + "/model.safetensors";
+  Tensors ts;
+  {
+    const auto f = SafetensorsFile::open(path, true);
+    ts.meta = f->metadata();
+    for (const TensorInfo& i : f->tensors()) {
+      auto& [tw, bytes] = ts.t[i.name];
+      bytes.assign(i.data, i.data + i.nbytes);
+      tw.name = i.name;
+      tw.dtype = i.dtype;
+      tw.shape = i.shape;
+      tw.raw_dtype = i.raw_dtype;
+    }
+  }
+  edit(ts);
+  std::vector<TensorToWrite> v;
+  for (auto& [n, p] : ts.t) {
+    p.first.bytes = std::span<const std::byte>(p.second.data(), p.second.size());
+    v.push_back(p.first);
+  }
+  write_safetensors(path, v, ts.meta);
+}
+void edit_recipe(const std::string& dir, const std::function<void(json&)>& edit) {
+  json r = json::parse(read_file(dir + "/sinkq_recipe.json"));
+  edit(r);
+  write_file_atomic(dir + "/sinkq_recipe.json", r.dump(2));
+}
+
+TEST(Artifact, CorruptionIsACleanError) {
+  const QuantizedModel qm = quantize(load("stories260K"), config("w8a8"));
+  testing::TempDir tmp;
+  int n = 0;
+  // A fresh artifact, corrupted by `edit`, then loaded: the error message.
+  auto err = [&](const std::function<void(const std::string&)>& edit) {
+    const std::string d = tmp.file(fmt::format("a{}", n++));
+    write_artifact(qm, model_dir("stories260K"), d);
+    edit(d);
+    return error_of([&] { load_artifact(d); });
+  };
+  const std::string q = "model.layers.0.self_attn.q_proj";
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r.erase("runtime"); }); }),
+              HasSubstr("sinkq_recipe.json: field 'runtime': missing"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["runtime"]["weights"]["bits"] = "8"; }); }),
+              HasSubstr("sinkq_recipe.json: field 'runtime.weights.bits': must be an integer"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["runtime"]["weights"]["bits"] = 3; }); }),
+              HasSubstr("sinkq_recipe.json: field 'runtime': 3-bit weights cannot run"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["format_version"] = 2; }); }),
+              HasSubstr("field 'format_version': 2 is not supported"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["rotation"].erase("seed"); }); }),
+              HasSubstr("field 'rotation.seed': missing"));
+  EXPECT_THAT(err([](const std::string& d) { write_file_atomic(d + "/sinkq_recipe.json", "{"); }),
+              HasSubstr("sinkq_recipe.json: not valid JSON"));
+  // Tensors and metadata.
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) { t.meta[q] = R"({"shape":[64,64],"blocks":[[0,64,77]]})"; });
+              }),
+              HasSubstr("model.safetensors: __metadata__ '" + q + "': block 0: unknown packed format value 77"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) { t.meta[q] = R"({"shape":[64,64],"blocks":[[0,64,2]]})"; });
+              }),
+              HasSubstr("does not match the recipe's weights"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) {
+                  auto& s = t.t.at(q + ".scales");
+                  s.first.shape = {32, 2};
+                });
+              }),
+              HasSubstr("tensor '" + q + ".scales' has shape [32, 2], expected [64, 1]"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) {
+                  const float nan = std::numeric_limits<float>::quiet_NaN();
+                  std::memcpy(t.t.at(q + ".scales").second.data() + 8, &nan, 4);
+                });
+              }),
+              HasSubstr("tensor '" + q + ".scales': entry 2 = nan is not a positive normal fp32 scale"));
+  EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.t.erase(q + ".codes"); }); }),
+              HasSubstr("model.safetensors: missing tensor '" + q + ".codes'"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) {
+                  auto& c = t.t.at(q + ".codes");
+                  c.first.raw_dtype = "I8";
+                });
+              }),
+              HasSubstr("tensor '" + q + ".codes' has dtype I8, expected U8"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) {
+                  auto e = t.t.at("model.norm.weight");
+                  e.first.name = "model.extra";
+                  t.t.emplace("model.extra", e);
+                });
+              }),
+              HasSubstr("unexpected tensor 'model.extra'"));
+  EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.meta.erase("format"); }); }),
+              HasSubstr("__metadata__ lacks \"format\": \"sinkq-artifact\""));
+  EXPECT_THAT(err([](const std::string& d) { fs::remove(d + "/config.json"); }), HasSubstr("config.json"));
+  EXPECT_THAT(error_of([&] { load_artifact(model_dir("stories260K")); }), HasSubstr("is not a sinkq artifact"));
+}
+
+// Sizes against the fp16 model (parameters · 2 bytes), printed for the report; the W4 target
+// (≤ 0.3× fp16) is a benchmark figure for realistic models, where embeddings are a small part.
+TEST(Artifact, SizesAgainstFp16) {
+  for (const char* name : {"stories260K", "mixtext-2.5M"}) {
+    const auto base = load(name);
+    const double fp16 = 2.0 * double(base->weights().parameter_count());
+    for (const char* preset : {"w8a8", "w4a8"}) {
+      quant::SimConfig c = config("w8a8");
+      if (std::string(preset) == "w4a8") c.w.bits = 4;
+      for (std::optional<DType> fp : {std::optional<DType>{}, std::optional<DType>{DType::F16}}) {
+        testing::TempDir tmp;
+        const QuantizedModel qm = quantize(base, c, fp);
+        write_artifact(qm, model_dir(name), tmp.file("a"));
+        const double st = double(fs::file_size(tmp.file("a/model.safetensors")));
+        uint64_t all = 0;
+        for (const auto& e : fs::directory_iterator(tmp.file("a"))) all += e.file_size();
+        std::printf("  %-13s %s embeddings %-4s: model.safetensors %7.0f KiB = %.3f x fp16 (%.0f KiB); whole dir "
+                    "%.0f KiB\n", name, preset, fp ? "f16" : "f32", st / 1024, st / fp16, fp16 / 1024,
+                    double(all) / 1024);
+        if (std::string(preset) == "w4a8" && fp) {
+          EXPECT_LT(st / fp16, 0.5);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sinkq::runtime

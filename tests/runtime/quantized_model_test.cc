@@ -1,0 +1,374 @@
+// SimModel -> QuantizedModel (src/runtime/quantized_model.h): fake-quantized weights re-pack to the
+// simulator's codes and scales exactly; the packed model equals the simulator teacher-forced
+// (rotated or not, dynamic or calibrated static activations, fixed or grid-searched weight clip);
+// what the kernels cannot run is an error.
+#include "runtime/quantized_model.h"
+
+#include <gmock/gmock.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/rotate.h"
+#include "quant/sim.h"
+#include "util/testutil.h"
+
+namespace sinkq::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::error_of;
+
+std::shared_ptr<const Model> stories() {
+  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
+  return m;
+}
+// Llama with hidden 128 and intermediate 192: g128 has whole groups (q/k/v/o, gate/up) and a
+// ragged 64-column tail (down_proj); rotatable (128 = 2^7, 192 = 2^6·3).
+std::shared_ptr<const Model> tiny() {
+  static const std::shared_ptr<const Model> m = [] {
+    static testing::TempDir dir;
+    testing::TinyModelSpec s;
+    s.architecture = "Qwen2ForCausalLM";
+    s.hidden = 128;
+    s.intermediate = 192;
+    s.heads = 4;
+    s.kv_heads = 2;
+    s.layers = 2;
+    s.qkv_bias = true;
+    s.init_scale = 0.15f;
+    s.link_tokenizer = false;
+    testing::write_tiny_model(dir.path(), s);
+    return Model::load(dir.path());
+  }();
+  return m;
+}
+
+std::vector<int32_t> prompt(int n, int salt = 0) {
+  std::vector<int32_t> t{1};
+  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
+  return t;
+}
+constexpr int kTokens = 48;
+
+std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
+  f.reset();
+  const auto l = f.step(toks, true);
+  return {l.begin(), l.end()};
+}
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0.0, m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return d / m;
+}
+
+// ---- exact re-packing of fake-quantized weights -------------------------------------------
+
+struct Fmt {
+  lowbit::PackedFormat f;
+  quant::WeightSim w;
+};
+std::vector<Fmt> formats() {
+  auto ws = [](int bits, int group, bool sym) {
+    quant::WeightSim w;
+    w.bits = bits;
+    w.group = group;
+    w.symmetric = sym;
+    return w;
+  };
+  using lowbit::PackedFormat;
+  return {{PackedFormat::W8_PerRow, ws(8, 0, true)},    {PackedFormat::W4_PerRow, ws(4, 0, true)},
+          {PackedFormat::W4_G32, ws(4, 32, true)},      {PackedFormat::W4_G128, ws(4, 128, true)},
+          {PackedFormat::W4_G32_Asym, ws(4, 32, false)}, {PackedFormat::W4_G128_Asym, ws(4, 128, false)}};
+}
+
+// The property build_quantized rests on: the fake-quantized weights ŵ = fake_quant(w, clip r)
+// determine the simulator's codes and scales. Plain re-quantization with clip 1 recovers them only
+// at clip 1 (measured and printed: with clip < 1 a negative outlier clamped to -2^(N-1) makes
+// max|ŵ|/qmax a different scale, for most rows); pack_exact recovers them in every case: the same
+// codes, zero points and scales as quantizing w with clip r, dequantizing to ŵ bit for bit.
+TEST(QuantizedModel, FakeQuantizedWeightsRepackExactly) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 0.05f);
+  const int64_t rows = 24, cols = 256;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& x : w) x = nd(rng);
+  for (int64_t r = 0; r < rows; r += 5) w[size_t(r * cols + (r * 13) % cols)] *= 40.0f;  // outliers
+  for (const Fmt& f : formats()) {
+    for (float clip : {1.0f, 0.9f, 0.725f, 0.5f}) {
+      SCOPED_TRACE(fmt::format("{} clip {}", lowbit::traits(f.f).name, clip));
+      quant::WeightSim ws = f.w;
+      ws.clip = clip;
+      std::vector<float> fq = w;
+      quant::fake_quant_weight(ws, fq.data(), rows, cols);
+      const lowbit::PackedTensor orig = lowbit::quantize(f.f, w.data(), rows, cols, clip);
+      const lowbit::PackedTensor again = lowbit::quantize(f.f, fq.data(), rows, cols, 1.0f);
+      size_t code_diff = 0, scale_diff = 0;
+      for (size_t i = 0; i < orig.codes.size(); ++i) code_diff += orig.codes[i] != again.codes[i];
+      for (size_t i = 0; i < orig.scales.size(); ++i) scale_diff += orig.scales[i] != again.scales[i];
+      std::printf("  %-13s clip %.3f: plain re-quantization differs in %zu code bytes, %zu scales\n",
+                  std::string(lowbit::traits(f.f).name).c_str(), clip, code_diff, scale_diff);
+      if (clip == 1.0f && f.w.symmetric) {
+        EXPECT_EQ(code_diff, 0u);
+        EXPECT_EQ(scale_diff, 0u);
+      }
+      const lowbit::PackedTensor exact = pack_exact(f.f, fq.data(), rows, cols, "w");
+      EXPECT_EQ(exact.zeros, orig.zeros);
+      // Same codes and scale in every group, except where the values cannot tell: a group whose
+      // codes are all 0 or -2^(N-1) (a clamped negative outlier, the rest rounded to 0) is
+      // reproduced as well by (-(2^(N-1)-1), s·2^(N-1)/qmax), the first candidate; same values.
+      const std::vector<int8_t> oc = lowbit::unpack_codes(orig), ec = lowbit::unpack_codes(exact);
+      const int64_t ng = orig.groups(), gc = cols / ng, qlo = -(1 << (f.w.bits - 1));
+      int ambiguous = 0;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < ng; ++g) {
+          bool same = orig.scales[size_t(r * ng + g)] == exact.scales[size_t(r * ng + g)], degenerate = true;
+          for (int64_t j = r * cols + g * gc; j < r * cols + (g + 1) * gc; ++j) {
+            same = same && oc[size_t(j)] == ec[size_t(j)];
+            degenerate = degenerate && (oc[size_t(j)] == 0 || oc[size_t(j)] == qlo);
+          }
+          if (!same) ++ambiguous;
+          EXPECT_TRUE(same || (f.w.symmetric && degenerate)) << "row " << r << " group " << g;
+        }
+      if (ambiguous) std::printf("    pack_exact: %d groups of codes {0, %lld} re-expressed with -%lld\n", ambiguous,
+                                 (long long)qlo, (long long)(-qlo - 1));
+      std::vector<float> back(fq.size());
+      lowbit::dequantize(exact, back.data());
+      EXPECT_TRUE(bit_equal(back, fq));
+    }
+  }
+  // Per-(row, group) clip ratios (the grid search's result) are just as exact.
+  for (const Fmt& f : formats()) {
+    quant::ClipRatios cr;
+    cr.rows = rows;
+    cr.groups = quant::weight_groups(f.w, cols);
+    for (int64_t i = 0; i < rows * cr.groups; ++i) cr.r.push_back(1.0f - 0.025f * float((i * 7) % 21));
+    std::vector<float> fq = w;
+    quant::fake_quant_weight(f.w, fq.data(), rows, cols, &cr);
+    const lowbit::PackedTensor exact = pack_exact(f.f, fq.data(), rows, cols, "w");
+    std::vector<float> back(fq.size());
+    lowbit::dequantize(exact, back.data());
+    EXPECT_TRUE(bit_equal(back, fq)) << lowbit::traits(f.f).name;
+  }
+  // Values that are not on the grid are refused, not approximated.
+  EXPECT_THAT(error_of([&] { pack_exact(lowbit::PackedFormat::W4_G32, w.data(), rows, cols, "m.q_proj.weight"); }),
+              HasSubstr("m.q_proj.weight: row 0 group 0 (32 columns) is not on a w4_g32 quantization grid"));
+}
+
+// planar() is the exact inverse of the kernels' repack (what an artifact stores).
+TEST(QuantizedModel, PlanarInvertsRepack) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  const int64_t rows = 37, cols = 172;  // a partial 16-row block, ragged g128 tail, odd nibble count
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (float& x : w) x = ud(rng);
+  for (const auto& [bits, group, sym] : {std::tuple{8, 0, true}, std::tuple{4, 0, true}, std::tuple{4, 128, true}, std::tuple{4, 32, true}}) {
+    WeightScheme ws;
+    ws.bits = bits;
+    ws.group = group;
+    ws.symmetric = sym;
+    const PackedLinear pl("w", w.data(), rows, cols, ws, lowbit::PackedFormat::A8_PerToken);
+    for (size_t b = 0; b < pl.blocks().size(); ++b) {
+      const lowbit::PackedTensor p = pl.planar(b);
+      std::vector<float> sub;
+      const auto& blk = pl.blocks()[b];
+      for (int64_t r = 0; r < rows; ++r)
+        sub.insert(sub.end(), w.begin() + r * cols + blk.col0, w.begin() + r * cols + blk.col0 + blk.cols);
+      const lowbit::PackedTensor want = lowbit::quantize(blk.w.format, sub.data(), rows, blk.cols);
+      EXPECT_EQ(p.codes, want.codes) << bits << " " << group << " block " << b;
+      EXPECT_EQ(p.scales, want.scales);
+      EXPECT_EQ(p.zeros, want.zeros);
+    }
+  }
+  // Asymmetric groups (zero points) too.
+  std::vector<float> w2(w.begin(), w.begin() + 37 * 128);
+  WeightScheme ws;
+  ws.bits = 4;
+  ws.group = 32;
+  ws.symmetric = false;
+  const PackedLinear pl("w", w2.data(), 37, 128, ws, lowbit::PackedFormat::A8_PerToken);
+  const lowbit::PackedTensor want = lowbit::quantize(lowbit::PackedFormat::W4_G32_Asym, w2.data(), 37, 128);
+  EXPECT_EQ(pl.planar(0).codes, want.codes);
+  EXPECT_EQ(pl.planar(0).zeros, want.zeros);
+  EXPECT_EQ(pl.planar(0).scales, want.scales);
+}
+
+// ---- the packed model against the simulator -------------------------------------------------
+
+// Teacher forcing as in runtime_test.cc (read its comment for why free-running is no test of the
+// kernels): every linear input and every new K / V row of the packed model is compared with, then
+// replaced by, the simulator's at that site, recorded after the online rotation and before
+// quantization (measured without K / V forcing: one static KV8 code flip moves o_in by 6.5e-4).
+// Same tolerance and reasoning: 1e-5 · max |value| (fp32 summation order of the linears and
+// attention; one code step of a wrong scale / clip / group is > 1e-3).
+constexpr double kTol = 1e-5;
+
+// The linear inputs, and k / v (after R3, before KV quantization): a KV row that differs by fp32
+// rounding can cross a static KV quantizer's rounding boundary as an activation can.
+constexpr Site kForced[] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn, Site::K, Site::V};
+
+struct Forcing {
+  std::map<std::pair<int, int>, std::vector<float>> inputs;
+  double worst = 0.0;
+  std::string worst_at;
+  void record(Forward& sim) {
+    for (Site s : kForced)
+      sim.hooks().add(s, -1, [this](SiteView& v) {
+        inputs[{v.layer, int(v.site)}].assign(v.data, v.data + v.tokens * v.features);
+      });
+  }
+  void force(Forward& packed) {
+    for (Site s : kForced)
+      packed.hooks().add(s, -1, [this](SiteView& v) {
+        const auto it = inputs.find({v.layer, int(v.site)});
+        ASSERT_NE(it, inputs.end());
+        ASSERT_EQ(it->second.size(), size_t(v.tokens * v.features));
+        const double d = rel_diff(std::vector<float>(v.data, v.data + v.tokens * v.features), it->second);
+        if (d > worst) {
+          worst = d;
+          worst_at = fmt::format("{} of layer {}", site_name(v.site), v.layer);
+        }
+        std::copy(it->second.begin(), it->second.end(), v.data);
+      });
+  }
+};
+
+// SimModel::attach with the recording hooks slotted in between the online rotations and the
+// quantization hooks (the same hooks, in the same order: checked free-running, bit for bit).
+void attach_recording(const quant::SimModel& sim, Forward& f, Forcing* forcing) {
+  quant::attach_online_rotation(f, sim.cfg.rotate);
+  if (forcing) forcing->record(f);
+  quant::SimConfig dyn = sim.cfg;
+  dyn.rotate.on = false;
+  if (dyn.kv.mode == quant::KvMode::Static) dyn.kv.bits = quant::kBitsOff;
+  if (dyn.a.mode == quant::ActMode::Static) dyn.a.bits = quant::kBitsOff;
+  dyn.w.clip_grid = false;
+  quant::attach(f, dyn);
+  for (const quant::StaticQuant& q : sim.statics)
+    f.hooks().add(q.site, q.layer, [spec = q.spec, p = q.params](SiteView& v) {
+      quant::fake_quant(spec, p, v.data, v.tokens, v.features);
+    });
+  if (sim.prefix) f.set_prefix(sim.prefix);
+}
+
+struct Case {
+  const char* name;
+  int wbits, group, abits;
+  bool a_static, clip_grid;
+  int kvbits = quant::kBitsOff;
+  bool kv_static = false;
+};
+const Case kCases[] = {
+    {"w8a8 dynamic", 8, 0, 8, false, false},
+    {"w4a8 per-channel", 4, 0, 8, false, false},
+    {"w4a8 g128 clip-grid", 4, 128, 8, false, true},
+    {"w4a4 static clip-grid", 4, 0, 4, true, true},
+    {"w4a8 kv4 dynamic", 4, 0, 8, false, false, 4, false},
+    {"w8a8 static kv8 static", 8, 0, 8, true, false, 8, true},
+};
+
+TEST(QuantizedModel, MatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(32, 1), prompt(32, 2)};
+  struct NamedModel {
+    const char* name;
+    std::shared_ptr<const Model> (*get)();
+  };
+  for (const auto& [mname, get] : {NamedModel{"stories260K", stories}, NamedModel{"tiny-qwen2", tiny}}) {
+    for (const Case& c : kCases) {
+      for (bool rotate : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} rotate {}", mname, c.name, rotate));
+        quant::SimConfig sc;
+        sc.w.bits = c.wbits;
+        sc.w.group = c.group;
+        sc.w.clip_grid = c.clip_grid;
+        sc.a.bits = c.abits;
+        sc.a.mode = c.a_static ? quant::ActMode::Static : quant::ActMode::Dynamic;
+        sc.kv.bits = c.kvbits;
+        sc.kv.mode = c.kv_static ? quant::KvMode::Static : quant::KvMode::Dynamic;
+        sc.kv.granularity = c.kv_static ? quant::KvGranularity::Tensor : quant::KvGranularity::Head;
+        sc.rotate.on = rotate;
+        sc.rotate.seed = 5;
+        sc.calib.weight_rows = 32;
+        const quant::SimModel sim = quant::build_sim(get(), sc, calib);
+        const QuantizedModel qm = build_quantized(sim);
+        EXPECT_EQ(qm.rt.a.scales.size(), c.a_static ? size_t(4 * get()->config().num_layers) : 0u);
+
+        Forward ref(sim.model, kTokens), mine(sim.model, kTokens);
+        sim.attach(ref);
+        attach_recording(sim, mine, nullptr);
+        ASSERT_TRUE(bit_equal(logits_of(mine, toks), logits_of(ref, toks))) << "attach_recording != SimModel::attach";
+
+        Forward simf(sim.model, kTokens);
+        Forcing forcing;
+        attach_recording(sim, simf, &forcing);
+        Forward packed(qm.model, kTokens), free(qm.model, kTokens);
+        qm.attach(packed);
+        qm.attach(free);
+        forcing.force(packed);
+        const auto want = logits_of(simf, toks);
+        const double d = rel_diff(logits_of(packed, toks), want);
+        std::printf("  %-11s %-22s rot %d forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); "
+                    "free-running %.3g\n", mname, c.name, int(rotate), d, forcing.worst, forcing.worst_at.c_str(),
+                    rel_diff(logits_of(free, toks), want));
+        EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
+        EXPECT_LE(d, kTol);
+      }
+    }
+  }
+}
+
+TEST(QuantizedModel, FpDtypeRoundsEmbeddings) {
+  quant::SimConfig sc = quant::SimConfig::from_preset("w8a8");
+  sc.rotate.on = true;
+  const quant::SimModel sim = quant::build_sim(stories(), sc, {});
+  QuantizeOptions o;
+  o.fp_dtype = DType::BF16;
+  const QuantizedModel a = build_quantized(sim, o), b = build_quantized(sim);
+  EXPECT_EQ(a.model->weights().embed.dtype, DType::BF16);
+  EXPECT_EQ(a.model->weights().lm_head.dtype, DType::BF16);
+  EXPECT_EQ(b.model->weights().embed.dtype, DType::F32);  // rotated: fp32
+  Forward fa(a.model, kTokens), fb(b.model, kTokens);
+  a.attach(fa);
+  b.attach(fb);
+  const auto toks = prompt(kTokens);
+  const double d = rel_diff(logits_of(fa, toks), logits_of(fb, toks));
+  std::printf("  bf16 embeddings / lm_head vs fp32: max|dlogit|/max|logit| %.3g\n", d);
+  EXPECT_GT(d, 0.0);
+  EXPECT_LT(d, 0.05);
+}
+
+TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
+  auto err = [](const char* preset, auto edit) {
+    quant::SimConfig c = quant::SimConfig::from_preset(preset);
+    edit(c);
+    const quant::SimModel sim = quant::build_sim(stories(), c, {});
+    return error_of([&] { build_quantized(sim); });
+  };
+  auto none = [](quant::SimConfig&) {};
+  EXPECT_THAT(err("w4a16", none), HasSubstr("weight-only quantization (W4A16, fp32 activations) cannot run"));
+  EXPECT_THAT(err("fp16", none), HasSubstr("unquantized weights (--w-bits 16) cannot run on the packed runtime"));
+  EXPECT_THAT(err("w8a8", [](auto& c) { c.a.mode = quant::ActMode::Cross; }),
+              HasSubstr("CrossQuant activations (--a-quant cross) cannot run"));
+  EXPECT_THAT(err("w8a8", [](auto& c) { c.a.symmetric = false; }), HasSubstr("asymmetric activations cannot run"));
+  EXPECT_THAT(err("w4a8kv4", [](auto& c) { c.kv.bits = 3; }), HasSubstr("packed KV: int3 is not a packed KV format"));
+  EXPECT_THAT(err("w8a8", [](auto& c) { c.w.group = 128; }),
+              HasSubstr("int8 weights in groups of 128 columns cannot run"));
+}
+
+}  // namespace
+}  // namespace sinkq::runtime

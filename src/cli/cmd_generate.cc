@@ -2,12 +2,16 @@
 //                [--prefix SPEC [--prefix-source fp|quant]] + the quantization flags (cli/quant_flags.h)
 // With a prefix, the prefix KV sits in front of the prompt (positions continue after it); when the
 // prefix holds [BOS] the prompt is encoded without BOS (a second [BOS] would be a new sink).
+// -m may be a sinkq artifact: it runs on the packed runtime with its stored prefix.
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
+#include "cli/runnable.h"
+#include "runtime/artifact.h"
 #include "eval/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -40,31 +44,64 @@ void register_generate(CLI::App& app) {
     apply_threads(*o);
     validate(o->s);
     SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
-    qf->config();  // bad quantization / prefix flags fail before anything is loaded
-    const auto model = Model::load(o->model);
-    const auto tok = Tokenizer::load(o->model);
-    const QuantPipeline qp = run_quant_pipeline(*qf, model, *tok, "generate");
-    const quant::SimModel& sim = qp.sim;
-    const int64_t P = sim.prefix ? sim.prefix->size() : 0;
+    // -m: a model directory (simulated quantization from the flags) or a sinkq artifact (the packed
+    // runtime with its stored prefix; quantization flags do not apply to it).
+    const bool artifact = runtime::is_artifact(o->model);
+    if (artifact) {
+      const std::string g = qf->first_given();
+      SINKQ_CHECK(g.empty(),
+                  "-m {} is a sinkq artifact (already quantized), so {} does not apply: quantization flags go to "
+                  "'sinkq quantize', or to 'sinkq generate' on the source model",
+                  o->model, g);
+    } else {
+      qf->config();  // bad quantization / prefix flags fail before anything is loaded
+    }
+    std::optional<Runnable> run;
+    std::optional<QuantPipeline> qp;
+    std::shared_ptr<const Model> model, run_model;
+    std::shared_ptr<const Tokenizer> tok;
+    std::shared_ptr<const KvPrefix> prefix;
+    bool strips_bos = false;
+    std::string prefix_name;
+    if (artifact) {
+      run = load_runnable(o->model);
+      model = run_model = run->model;
+      tok = run->tokenizer;
+      prefix = run->prefix;
+      strips_bos = run->prefix_has_bos;  // the same rule as quant::PrefixSim::strips_bos
+      prefix_name = "of the artifact";
+    } else {
+      model = Model::load(o->model);
+      tok = Tokenizer::load(o->model);
+      qp = run_quant_pipeline(*qf, model, *tok, "generate");
+      run_model = qp->sim.model;
+      prefix = qp->sim.prefix;
+      strips_bos = prefix && qp->sim.cfg.prefix.strips_bos();
+      prefix_name = "--prefix " + qp->sim.cfg.prefix.spec;
+    }
+    const int64_t P = prefix ? prefix->size() : 0;
     EncodeOptions enc;
-    enc.add_special = !(sim.prefix && sim.cfg.prefix.strips_bos());  // the prefix carries [BOS]
+    enc.add_special = !strips_bos;  // the prefix carries [BOS]
     const std::vector<int32_t> prompt = tok->encode(o->prompt, enc);
     SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty{}: nothing to condition on",
-                sim.prefix ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
+                prefix ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
     const int64_t need = int64_t(prompt.size()) + o->n;
     const int64_t max_pos = model->config().max_position_embeddings;
     if (P > 0)
-      SINKQ_CHECK(P + need <= max_pos, "the {}-token prefix (--prefix {}) + prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
-                  P, sim.cfg.prefix.spec, prompt.size(), o->n, P + need, max_pos);
+      SINKQ_CHECK(P + need <= max_pos, "the {}-token prefix ({}) + prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
+                  P, prefix_name, prompt.size(), o->n, P + need, max_pos);
     else
       SINKQ_CHECK(need <= max_pos, "prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
                   prompt.size(), o->n, need, max_pos);
     const int64_t ctx = o->ctx > 0 ? o->ctx : need;
     SINKQ_CHECK(ctx >= need, "--ctx {} is smaller than prompt + -n = {}", ctx, need);
-    SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix (--prefix {}) exceeds the model's {} positions: use --ctx {} or less",
-                ctx, P, sim.cfg.prefix.spec, max_pos, max_pos - P);
-    Forward fwd(sim.model, ctx);
-    sim.attach(fwd);
+    SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix ({}) exceeds the model's {} positions: use --ctx {} or less",
+                ctx, P, prefix_name, max_pos, max_pos - P);
+    Forward fwd(run_model, ctx);
+    if (artifact)
+      run->attach(fwd);
+    else
+      qp->sim.attach(fwd);
     GenerateOptions go;
     go.max_new_tokens = o->n;
     go.sampler = o->s;
@@ -87,8 +124,10 @@ void register_generate(CLI::App& app) {
     const double pre_tps = r.prefill_seconds > 0 ? double(prompt.size()) / r.prefill_seconds : 0.0;  // -n 0: no prefill
     if (o->json) {
       print_json({{"prompt_ids", prompt},
-                  {"prefix", qp.prefix_json},
-                  {"config", sim.to_json()},
+                  {"prefix", artifact ? (prefix ? run->recipe.at("prefix") : nlohmann::json(nullptr)) : qp->prefix_json},
+                  {"runtime", artifact ? "packed" : "simulated"},
+                  {"config", artifact ? nlohmann::json{{"artifact", o->model}, {"describe", run->description}}
+                                      : qp->sim.to_json()},
                   {"generated_ids", r.generated},
                   {"text", tok->decode(r.generated)},
                   {"stopped", r.stopped},

@@ -7,19 +7,26 @@
 // activations / KV are quantized through site hooks. With a prefix (--prefix, or a prefixquant-*
 // preset) the protocol defaults to `prefix` (eval/ppl.h): the prefix sits in front of every
 // window, unscored; gptq / bos with a prefix, or prefix without one, are errors.
+// -m may also be a sinkq artifact (sinkq quantize): it runs on the packed runtime (real int8/int4
+// kernels, its stored prefix); quantization flags are then an error; --kld loads the recipe's
+// source model as the full-precision reference.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
+#include "cli/runnable.h"
 #include "core/mmap.h"
 #include "eval/calib_data.h"
 #include "eval/ppl.h"
 #include "eval/prefix.h"
 #include "quant/sim.h"
+#include "runtime/artifact.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
@@ -49,23 +56,40 @@ void register_ppl(CLI::App& app) {
   cmd->callback([o, qf] {
     apply_threads(*o);
     SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
-    const quant::SimConfig pre = qf->config();  // before loading anything: bad flags fail fast
-    const bool has_prefix = pre.prefix.requested();
     if (!o->protocol.empty()) parse_ppl_protocol(o->protocol);  // unknown value: error naming --protocol
+    // -m is a model directory (simulated quantization from the flags) or a sinkq artifact (the
+    // packed runtime: real low-bit kernels, its own prefix; quantization flags do not apply).
+    const bool artifact = runtime::is_artifact(o->model);
+    if (artifact) {
+      const std::string g = qf->first_given();
+      SINKQ_CHECK(g.empty(),
+                  "-m {} is a sinkq artifact (already quantized), so {} does not apply: quantization flags go to "
+                  "'sinkq quantize', or to 'sinkq ppl' on the source model",
+                  o->model, g);
+    }
+    const quant::SimConfig pre = artifact ? quant::SimConfig{} : qf->config();  // bad flags fail fast
+    std::optional<Runnable> run;
+    if (artifact) run = load_runnable(o->model);
+    const bool has_prefix = artifact ? run->prefix != nullptr : pre.prefix.requested();
+    const std::string prefix_name = artifact ? "of the artifact" : "--prefix " + pre.prefix.spec;
     const PplProtocol protocol =
         o->protocol.empty() ? (has_prefix ? PplProtocol::Prefix : PplProtocol::Gptq) : parse_ppl_protocol(o->protocol);
     SINKQ_CHECK(protocol != PplProtocol::Prefix || has_prefix,
-                "--protocol prefix needs a KV prefix: give --prefix bos|auto|ids:..|text:..|system:..");
+                "--protocol prefix needs a KV prefix: give --prefix bos|auto|ids:..|text:..|system:..{}",
+                artifact ? " when quantizing (this artifact has none)" : "");
     SINKQ_CHECK(protocol == PplProtocol::Prefix || !has_prefix,
-                "--protocol {} scores windows without a prefix, but --prefix {} was given{}: use --protocol prefix "
-                "(the default with a prefix), or --prefix none",
-                ppl_protocol_name(protocol), pre.prefix.spec, pre.preset.empty() ? "" : " (or set by --preset " + pre.preset + ")");
-    const auto model = Model::load(o->model);
-    const auto tok = Tokenizer::load(o->model);
+                "--protocol {} scores windows without a prefix, but {}{}: use --protocol prefix (the default with a "
+                "prefix){}",
+                ppl_protocol_name(protocol), artifact ? "the artifact has a KV prefix" : "--prefix " + pre.prefix.spec + " was given",
+                artifact || pre.preset.empty() ? "" : " (or set by --preset " + pre.preset + ")",
+                artifact ? "" : ", or --prefix none");
+    const auto model = artifact ? run->model : Model::load(o->model);
+    const auto tok = artifact ? run->tokenizer : std::shared_ptr<const Tokenizer>(Tokenizer::load(o->model));
     const int64_t max_pos = model->config().max_position_embeddings;
     // A prefix's length is known before calibration except for auto (>= 1 token): check --ctx early.
     int64_t p_min = has_prefix ? 1 : 0;
-    if (has_prefix && pre.prefix.spec != "auto")
+    if (artifact && has_prefix) p_min = run->prefix->size();
+    if (!artifact && has_prefix && pre.prefix.spec != "auto")
       p_min = int64_t(prefix_tokens(parse_prefix_spec(pre.prefix.spec), *tok, o->model).size());
     auto check_ctx = [&](int64_t ctx, int64_t P) {
       SINKQ_CHECK(ctx >= 2, "--ctx must be at least 2 (got {})", ctx);
@@ -73,18 +97,33 @@ void register_ppl(CLI::App& app) {
         SINKQ_CHECK(ctx <= max_pos, "--ctx {} is longer than the model's max_position_embeddings ({})", ctx, max_pos);
       else
         SINKQ_CHECK(ctx + P <= max_pos,
-                    "--ctx {} plus the {}-token prefix (--prefix {}) is {}, more than the model's "
+                    "--ctx {} plus the {}-token prefix ({}) is {}, more than the model's "
                     "max_position_embeddings ({}): use --ctx {} or less",
-                    ctx, P, pre.prefix.spec, ctx + P, max_pos, max_pos - P);
+                    ctx, P, prefix_name, ctx + P, max_pos, max_pos - P);
     };
     if (o->ctx > 0) check_ctx(o->ctx, p_min);
     const std::string text = read_text_file(o->file);
     SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", o->file);
 
-    const QuantPipeline qp = run_quant_pipeline(*qf, model, *tok, "ppl");
-    const quant::SimModel& sim = qp.sim;
-    const quant::SimConfig& qcfg = sim.cfg;
-    const int64_t P = sim.prefix ? sim.prefix->size() : 0;
+    // What runs: the simulator (model dir) or the packed runtime (artifact).
+    std::optional<QuantPipeline> qp;
+    std::shared_ptr<const Model> run_model;
+    std::shared_ptr<const KvPrefix> prefix;
+    std::vector<int32_t> prefix_toks;
+    std::function<void(Forward&)> attach;
+    if (artifact) {
+      run_model = run->model;
+      prefix = run->prefix;
+      if (prefix) prefix_toks = prefix->tokens();
+      attach = run->attach;
+    } else {
+      qp = run_quant_pipeline(*qf, model, *tok, "ppl");
+      run_model = qp->sim.model;
+      prefix = qp->sim.prefix;
+      prefix_toks = qp->sim.cfg.prefix.tokens;
+      attach = [&sim = qp->sim](Forward& f) { sim.attach(f); };
+    }
+    const int64_t P = prefix ? prefix->size() : 0;
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos - P);
     check_ctx(ctx, P);
 
@@ -103,23 +142,43 @@ void register_ppl(CLI::App& app) {
     po.progress = [](int64_t done, int64_t total, double ppl) {
       progress("ppl: window", done, total, fmt::format("ppl {:.4f}", ppl));
     };
-    Forward fwd(sim.model, ctx);
-    sim.attach(fwd);
+    Forward fwd(run_model, ctx);
+    attach(fwd);
     std::unique_ptr<Forward> ref;
     if (o->kld) {
       // The reference: the original fp model; behind the same prefix tokens computed at full
-      // precision by that model (the same targets are scored).
-      ref = std::make_unique<Forward>(model, ctx);
-      if (sim.prefix) ref->set_prefix(KvPrefix::compute(model, qcfg.prefix.tokens));
+      // precision by that model (the same targets are scored). For an artifact: its source model.
+      std::shared_ptr<const Model> fp = model;
+      if (artifact) {
+        const std::string src = run->recipe.at("source").value("model_dir", "");
+        SINKQ_CHECK(!src.empty() && std::filesystem::is_directory(src),
+                    "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a "
+                    "directory here",
+                    src);
+        fp = Model::load(src);
+        SINKQ_CHECK(fp->config().vocab_size == model->config().vocab_size &&
+                        fp->config().hidden_size == model->config().hidden_size,
+                    "--kld: the source model {} does not match the artifact's shape", src);
+      }
+      ref = std::make_unique<Forward>(fp, ctx);
+      if (prefix) ref->set_prefix(KvPrefix::compute(fp, prefix_toks));
     }
     const PplResult r = perplexity(fwd, toks, po, ref.get());
+    nlohmann::json prefix_json = nullptr;
+    if (artifact && prefix) prefix_json = run->recipe.at("prefix");
+    if (!artifact) prefix_json = qp->prefix_json;
     if (o->json) {
-      nlohmann::json cj = sim.to_json();
-      if (!qp.calib_json.is_null()) cj["calibration"]["data"] = qp.calib_json;
+      nlohmann::json cj;
+      if (artifact) {
+        cj = {{"artifact", o->model}, {"describe", run->description}, {"recipe", run->recipe}};
+      } else {
+        cj = qp->sim.to_json();
+        if (!qp->calib_json.is_null()) cj["calibration"]["data"] = qp->calib_json;
+      }
       nlohmann::json j{{"ppl", r.ppl}, {"mean_nll", r.mean_nll}, {"tokens_scored", r.tokens_scored},
                        {"windows", r.windows}, {"ctx", ctx}, {"protocol", ppl_protocol_name(protocol)},
                        {"file", o->file}, {"file_tokens", toks.size()}, {"window_nll", r.window_nll},
-                       {"prefix", qp.prefix_json}, {"config", cj}};
+                       {"runtime", artifact ? "packed" : "simulated"}, {"prefix", prefix_json}, {"config", cj}};
       if (r.has_kld) {
         j["kld"] = r.kld;
         j["window_kld"] = r.window_kld;
@@ -127,19 +186,27 @@ void register_ppl(CLI::App& app) {
       print_json(j);
       return;
     }
-    fmt::print("config {}\n", qcfg.describe());
-    if (qcfg.needs_calibration())
-      fmt::print("calibration {} ({}, {} documents): {} samples x {} tokens, seed {}, bos {}; {:.1f} s; chosen: {}\n",
-                 qp.calib.file, qp.calib.format, qp.calib.documents, qp.calib.samples.size(), qcfg.calib.len,
-                 qp.calib.options.seed, qp.calib.bos ? "yes" : "no",
-                 sim.calibration_report.at("seconds").get<double>(),
-                 sim.calibration_report.at("summary").get<std::string>());
-    if (sim.prefix) {
-      std::string how = qp.prefix_json.value("how", "");
-      if (qp.prefix_json.contains("found")) how += fmt::format(", o = {}", qp.prefix_json["found"]["o"].get<int>());
-      fmt::print("prefix {} ({} tokens: {}; {}), KV from the {} model\n", qcfg.prefix.spec, P,
-                 tokens_text(qcfg.prefix.tokens, *tok), how,
-                 qcfg.prefix.source == quant::PrefixSim::Source::Fp ? "full-precision" : "quantized");
+    if (artifact) {
+      fmt::print("{} (packed runtime)\n", run->description);
+      if (prefix)
+        fmt::print("prefix {} tokens: {} (stored in the artifact, full precision)\n", P, tokens_text(prefix_toks, *tok));
+    } else {
+      const quant::SimModel& sim = qp->sim;
+      const quant::SimConfig& qcfg = sim.cfg;
+      fmt::print("config {}\n", qcfg.describe());
+      if (qcfg.needs_calibration())
+        fmt::print("calibration {} ({}, {} documents): {} samples x {} tokens, seed {}, bos {}; {:.1f} s; chosen: {}\n",
+                   qp->calib.file, qp->calib.format, qp->calib.documents, qp->calib.samples.size(), qcfg.calib.len,
+                   qp->calib.options.seed, qp->calib.bos ? "yes" : "no",
+                   sim.calibration_report.at("seconds").get<double>(),
+                   sim.calibration_report.at("summary").get<std::string>());
+      if (sim.prefix) {
+        std::string how = qp->prefix_json.value("how", "");
+        if (qp->prefix_json.contains("found")) how += fmt::format(", o = {}", qp->prefix_json["found"]["o"].get<int>());
+        fmt::print("prefix {} ({} tokens: {}; {}), KV from the {} model\n", qcfg.prefix.spec, P,
+                   tokens_text(qcfg.prefix.tokens, *tok), how,
+                   qcfg.prefix.source == quant::PrefixSim::Source::Fp ? "full-precision" : "quantized");
+      }
     }
     fmt::print("protocol {}{}  ctx {}  windows {}  tokens scored {}\n", ppl_protocol_name(protocol),
                o->protocol.empty() && has_prefix ? " (default with a prefix)" : "", ctx, r.windows, r.tokens_scored);

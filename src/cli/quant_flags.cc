@@ -20,8 +20,8 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
   QuantFlags::Given& g = o->given;
   std::string presets;
   for (const auto& n : quant::SimConfig::preset_names()) presets += (presets.empty() ? "" : "|") + n;
-  cmd.add_option("--preset", o->preset, "Quantization preset (" + presets + "); flags below override it")
-      ->capture_default_str();
+  g.preset = cmd.add_option("--preset", o->preset, "Quantization preset (" + presets + "); flags below override it")
+                 ->capture_default_str();
   g.w_bits = cmd.add_option("--w-bits", o->w_bits, "Weight bits: 2..8, 16 = full precision");
   g.w_group = cmd.add_option("--w-group", o->w_group, "Weight group size along the input (0 = per output channel)");
   g.w_asym = cmd.add_flag("--w-asym", o->w_asym, "Asymmetric weight quantization (default symmetric)");
@@ -65,6 +65,17 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
 
 bool QuantFlags::calib_flags_given() const {
   return was_given(given.calib) || was_given(given.calib_samples) || was_given(given.calib_len) || was_given(given.calib_seed);
+}
+
+std::string QuantFlags::first_given() const {
+  const CLI::Option* all[] = {given.preset, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
+                              given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
+                              given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.rotate,
+                              given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
+                              given.prefix, given.prefix_source, given.prefix_eta};
+  for (const CLI::Option* o : all)
+    if (was_given(o)) return o->get_name();
+  return "";
 }
 
 quant::SimConfig QuantFlags::config() const {

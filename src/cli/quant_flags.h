@@ -44,6 +44,7 @@ struct QuantFlags {
 
   // Which flags were given (set by add_quant_flags; null = never declared = not given).
   struct Given {
+    CLI::Option* preset = nullptr;
     CLI::Option *w_bits = nullptr, *w_group = nullptr, *w_asym = nullptr, *w_clip = nullptr;
     CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
                 *a_cross_cols = nullptr;
@@ -59,6 +60,9 @@ struct QuantFlags {
   quant::SimConfig config() const;
   // Whether any --calib* flag was given.
   bool calib_flags_given() const;
+  // The name of the first flag above that was given ("--preset", "--w-bits", ...), "" for none:
+  // a sinkq artifact is already quantized, so commands refuse these flags on one.
+  std::string first_given() const;
 };
 
 // Declares every flag above on cmd and returns the struct they write into.

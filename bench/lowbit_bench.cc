@@ -6,8 +6,8 @@
 // streams (KernelWeights::bytes(): codes + scales (+ zeros); F32/BF16: out·in·size), as in
 // kernels_bench.cc. 2048x2048 fits the L3 in every format; 32000x2048 is the DRAM figure.
 // GEMM (prefill, T = 512): W8A8 / W4A8 vs matmul F32 (OpenBLAS sgemm), FLOPS = 2·T·out·in.
-// Activation quantization fp32 -> int8: static per-tensor vs dynamic per-token (PrefixQuant
-// Table 8 shapes), bytes/s = fp32 input bytes.
+// Activation quantization fp32 -> int8 / int4: static per-tensor vs dynamic per-token (PrefixQuant
+// Table 8 shapes, every ISA, 1 and 2 threads), bytes/s = fp32 input bytes.
 //   ./sinkq_lowbit_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
@@ -153,28 +153,49 @@ void gemm_lowbit_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_GemmLowbit)->Apply(gemm_lowbit_args);
 
-// fp32 -> A8: static per-tensor (given scale) vs dynamic per-token (abs-max pass + quantize).
-// Args: dynamic (0/1), tokens, cols.
+// PrefixQuant Table 8: fp32 -> int8 / int4 activation codes, static per-tensor (a calibrated scale,
+// one quantize pass) vs dynamic per-token (an abs-max pass per token, then the quantize pass), at
+// (tokens, features) = (1, 4096), (1, 8192), (2048, 4096), (2048, 8192). The input is generated
+// once per shape; the 2048-token inputs (32 / 64 MiB) do not fit the 32 MiB L3, so those figures
+// stream from DRAM. bytes/s = fp32 input bytes. Args: isa, bits, dynamic (0/1), threads, T, K.
 void BM_ActQuant(benchmark::State& st) {
-  set_isa(detected_isa());
-  const bool dynamic = st.range(0) != 0;
-  const int64_t T = st.range(1), K = st.range(2);
-  const std::vector<float> x = vec(size_t(T * K), 5);
-  const quant::Params p = quant::compute_params(lowbit::quant_spec(PackedFormat::A8_PerTensor), x.data(), T, K);
+  if (!use_isa(st, st.range(0))) return;
+  const int bits = int(st.range(1));
+  const bool dynamic = st.range(2) != 0;
+  const int threads = int(st.range(3));
+  const int64_t T = st.range(4), K = st.range(5);
+  static std::map<std::pair<int64_t, int64_t>, std::vector<float>> inputs;
+  std::vector<float>& x = inputs[{T, K}];
+  if (x.empty()) x = vec(size_t(T * K), uint64_t(T * 7 + K));
+  const PackedFormat fs = bits == 8 ? PackedFormat::A8_PerTensor : PackedFormat::A4_PerTensor;
+  const PackedFormat fd = bits == 8 ? PackedFormat::A8_PerToken : PackedFormat::A4_PerToken;
+  // The static scale: calibrated on the input itself (so no value clamps; speed does not depend
+  // on it: the kernels have no data-dependent branches besides the rare rounding-boundary lane).
+  const quant::Params p = quant::compute_params(lowbit::quant_spec(fs), x.data(), T, K);
+  const int saved = num_threads();
+  set_num_threads(threads);
   lowbit::PackedTensor q;
   for (auto _ : st) {
-    if (dynamic) lowbit::quantize_dynamic(PackedFormat::A8_PerToken, x.data(), T, K, 1.0f, q);
-    else lowbit::quantize_static(PackedFormat::A8_PerTensor, x.data(), T, K, p, q);
+    if (dynamic) lowbit::quantize_dynamic(fd, x.data(), T, K, 1.0f, q);
+    else lowbit::quantize_static(fs, x.data(), T, K, p, q);
     benchmark::DoNotOptimize(q.codes.data());
+    benchmark::ClobberMemory();
   }
+  set_num_threads(saved);
   st.SetBytesProcessed(int64_t(st.iterations()) * T * K * 4);
-  st.SetLabel(dynamic ? "dynamic per-token" : "static per-tensor");
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + (dynamic ? " dynamic per-token a" : " static per-tensor a") +
+              std::to_string(bits));
 }
-BENCHMARK(BM_ActQuant)
-    ->ArgsProduct({{0, 1}, {1, 2048}, {4096, 8192}})
-    ->ArgNames({"dynamic", "T", "K"})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+void act_quant_args(benchmark::internal::Benchmark* b) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 4096}, {1, 8192}, {2048, 4096}, {2048, 8192}};
+  for (int isa : {0, 1, 2})
+    for (int bits : {8, 4})
+      for (int threads : {1, 2})
+        for (auto [T, K] : shapes)
+          for (int dyn : {0, 1}) b->Args({isa, bits, dyn, threads, T, K});
+  b->ArgNames({"isa", "bits", "dynamic", "threads", "T", "K"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_ActQuant)->Apply(act_quant_args);
 
 }  // namespace
 }  // namespace sinkq

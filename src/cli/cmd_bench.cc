@@ -1,28 +1,76 @@
-// sinkq bench (-m DIR | --random 1b) [--dtype bf16] [--prefill N] [--decode N] [--reps R] [--json]
+// sinkq bench (-m DIR | --random 1b|tiny) [--dtype bf16] [--prefill N] [--decode N] [--reps R]
+//             [--quant LIST] [--json]
 //
 // End-to-end speed of the forward pass: prefill tokens/s (one step over N tokens), decode
 // tokens/s (one token at a time after the prefill), the weight bytes a decode step streams and the
 // bandwidth that implies, against this machine's measured read bandwidth; the cost of the
 // activation-site mechanism (a no-op observer at every site vs none); peak memory. Medians over
 // repetitions, everything in one run so ratios compare like with like.
+//
+// --quant fp32,w8a8,w4a8,... runs the same workload on packed low-bit models (runtime::pack_model:
+// real int8 / int4 linears on the lowbit kernels) side by side with the fp32 engine, and adds a
+// per-op profile of every configuration. Names: `fp32` (the model as loaded: fp32 compute on its
+// weight dtype) or w{8|4}a{8|4}[-g{32|64|128}][-asym][-static]:
+//   w8 / w4    int8 / int4 weights, one scale per output channel, or per group of 32/64/128 input
+//              columns (-gN; 4-bit only), symmetric or asymmetric (-asym, 4-bit groups only)
+//   a8 / a4    int8 / int4 activations at the inputs of q/k/v, o, gate/up and down: dynamic per-token
+//              scales, or static per-tensor ones (-static), calibrated with quant::Calibrator (plain
+//              abs-max, clip 1) on the activations of one fp32 prefill of the same synthetic tokens
+//              (sites attn_in, o_in, mlp_in, down_in of every layer)
+// Embeddings, lm_head, norms, RoPE, attention and the KV cache stay as in the fp32 model (as
+// runtime::pack_model leaves them). The fp32 configuration always runs (first): ratios are to it.
+//
+// Per-op profile: a timestamp at every activation site (model/sites.h). The sites fire between
+// the ops of Forward::layer, so consecutive stamps bracket them:
+//   norms          Out(l-1) -> AttnIn(l) (layer 0: from the start of the step: + the embedding
+//                  gather), plus the MLP norm, which has no site of its own before it: it is the
+//                  same op on the same shape, so it is charged the attention norm's time and that
+//                  is taken off the o_proj interval
+//   attn_in quant + q/k/v   AttnIn -> KPreRope (per linear: activation quantization + GEMM)
+//   rope           KPreRope -> V (RoPE of q and k; the Q and K sites sit in between)
+//   attention      V -> OIn
+//   o_proj         OIn -> MlpIn, minus the MLP norm (above); includes the residual add
+//   gate/up        MlpIn -> DownIn minus silu
+//   silu*mul       not bracketed by sites: the median of silu_mul() timed alone on the same
+//                  [T, intermediate] shape and threads, taken off the gate/up interval
+//   down           DownIn -> Out (includes the residual add)
+//   lm_head        Out(last layer) -> end of the step: final norm + lm_head (+ logits)
+// The profile runs as its own pass (hooks registered), after the timed passes (none registered).
+// "of which activation quantization" is an estimate: quantize_dynamic / quantize_static timed
+// alone on the shapes and call counts of one step (PackedLinear quantizes its input once per
+// linear, so attn_in 3x and mlp_in 2x).
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <span>
+#include <string>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
+#include "lowbit/kernels.h"
 #include "model/model.h"
+#include "quant/quantizer.h"
 #include "quant/sim.h"
+#include "runtime/packed_linear.h"
 
 namespace sinkq::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 double median(std::vector<double> v) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
@@ -48,27 +96,139 @@ ModelConfig random_config(const std::string& name) {
   return c;
 }
 
+// ---- memory ---------------------------------------------------------------------------------
+
+// VmHWM / VmRSS of /proc/self/status in bytes (0 where unreadable).
+int64_t proc_status_bytes(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  const size_t n = std::char_traits<char>::length(key);
+  while (std::getline(f, line))
+    if (line.compare(0, n, key) == 0) return std::atoll(line.c_str() + n + 1) * 1024;
+  return 0;
+}
+// Resets the peak RSS (VmHWM) to the current RSS (Linux: "5" to clear_refs); false if refused.
+bool reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+  f.flush();
+  return bool(f);
+}
+
+int64_t mat_bytes(const Mat& m) { return m.empty() ? 0 : m.rows * m.cols * int64_t(dtype_size(m.dtype)); }
+
+// ---- the configurations ---------------------------------------------------------------------
+
+struct QuantChoice {
+  std::string name;
+  bool fp = true;               // the model as loaded
+  runtime::RuntimeConfig cfg;   // !fp
+};
+
+QuantChoice parse_quant(const std::string& name) {
+  QuantChoice q;
+  q.name = name;
+  if (name == "fp32") return q;
+  static const std::regex re("w(8|4)a(8|4)(-g(32|64|128))?(-asym)?(-static)?");
+  std::smatch m;
+  SINKQ_CHECK(std::regex_match(name, m, re),
+              "--quant: unknown configuration '{}': expected fp32 or w{{8|4}}a{{8|4}}[-g{{32|64|128}}][-asym][-static] "
+              "(e.g. w8a8, w4a8, w4a8-g128, w4a4-static)", name);
+  q.fp = false;
+  q.cfg.w.bits = std::stoi(m[1]);
+  q.cfg.a.bits = std::stoi(m[2]);
+  q.cfg.w.group = m[4].matched ? std::stoi(m[4]) : 0;
+  q.cfg.w.symmetric = !m[5].matched;
+  q.cfg.a.mode = m[6].matched ? runtime::ActMode::Static : runtime::ActMode::Dynamic;
+  try {
+    runtime::RuntimeConfig check = q.cfg;
+    check.a.scales.clear();
+    if (check.a.mode == runtime::ActMode::Static) check.a.scales.resize(1);  // the table comes later
+    check.validate();
+  } catch (const Error& e) {
+    fail("--quant {}: {}", name, e.what());
+  }
+  return q;
+}
+
+std::vector<QuantChoice> parse_quant_list(const std::string& list) {
+  std::vector<QuantChoice> out;
+  size_t p = 0;
+  while (p <= list.size()) {
+    const size_t c = std::min(list.find(',', p), list.size());
+    const std::string item = list.substr(p, c - p);
+    SINKQ_CHECK(!item.empty(), "--quant: empty configuration name in '{}'", list);
+    for (const QuantChoice& q : out) SINKQ_CHECK(q.name != item, "--quant: '{}' is listed twice", item);
+    out.push_back(parse_quant(item));
+    p = c + 1;
+  }
+  // fp32 first: the reference of every ratio.
+  auto it = std::find_if(out.begin(), out.end(), [](const QuantChoice& q) { return q.fp; });
+  if (it == out.end()) out.insert(out.begin(), parse_quant("fp32"));
+  else std::rotate(out.begin(), it, it + 1);
+  return out;
+}
+
+// Static per-tensor activation params of every (layer, site) from one fp32 prefill.
+std::vector<runtime::StaticActScale> calibrate_static(Forward& fwd, std::span<const int32_t> prompt, int bits) {
+  constexpr Site kSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+  const int L = fwd.model().config().num_layers;
+  const quant::QuantSpec spec = lowbit::quant_spec(bits == 8 ? lowbit::PackedFormat::A8_PerTensor
+                                                             : lowbit::PackedFormat::A4_PerTensor);
+  std::vector<quant::Calibrator> cal;
+  for (int i = 0; i < L * 4; ++i) cal.emplace_back(spec);
+  std::vector<int> handles;
+  for (int s = 0; s < 4; ++s)
+    handles.push_back(fwd.hooks().add(kSites[s], -1, [&cal, s](SiteView& v) {
+      cal[size_t(v.layer) * 4 + size_t(s)].observe(v.data, v.tokens, v.features);
+    }));
+  fwd.reset();
+  fwd.step(prompt, /*all_logits=*/false);
+  for (int h : handles) fwd.hooks().remove(h);
+  std::vector<runtime::StaticActScale> out;
+  for (int l = 0; l < L; ++l)
+    for (int s = 0; s < 4; ++s) out.push_back({l, kSites[s], cal[size_t(l) * 4 + size_t(s)].params()});
+  return out;
+}
+
+// ---- timing ---------------------------------------------------------------------------------
+
+struct Workload {
+  std::vector<int32_t> prompt;  // prefill tokens
+  int64_t decode = 0;
+  int reps = 1;
+};
+
+Workload make_workload(int64_t V, int64_t np, int64_t nd, int reps) {
+  Workload w;
+  w.prompt.resize(size_t(np));
+  for (int64_t i = 0; i < np; ++i) w.prompt[size_t(i)] = int32_t((i * 7919 + 13) % V);
+  w.decode = nd;
+  w.reps = reps;
+  return w;
+}
+
+int32_t decode_token(int64_t i, int64_t V) { return int32_t((i * 31 + 7) % V); }
+
 struct Timing {
   double prefill_tps = 0, decode_tps = 0, decode_ms = 0;
 };
 
-// reps x (prefill `np` tokens, then `nd` decode steps); medians over reps of prefill throughput
-// and over all decode steps of the per-token time.
-Timing run(Forward& fwd, int64_t np, int64_t nd, int reps) {
+// reps x (prefill, then `decode` steps); medians over reps of prefill throughput and over all
+// decode steps of the per-token time.
+Timing run(Forward& fwd, const Workload& w) {
   const int64_t V = fwd.model().config().vocab_size;
-  std::vector<int32_t> prompt(static_cast<size_t>(np));
-  for (int64_t i = 0; i < np; ++i) prompt[size_t(i)] = int32_t((i * 7919 + 13) % V);
   std::vector<double> pre, dec;
-  for (int r = 0; r < reps; ++r) {
+  for (int r = 0; r < w.reps; ++r) {
     fwd.reset();
     auto t0 = Clock::now();
-    fwd.step(prompt, /*all_logits=*/false);
-    pre.push_back(double(np) / std::chrono::duration<double>(Clock::now() - t0).count());
-    for (int64_t i = 0; i < nd; ++i) {
-      const int32_t id = int32_t((i * 31 + 7) % V);
+    fwd.step(w.prompt, /*all_logits=*/false);
+    pre.push_back(double(w.prompt.size()) / secs(t0, Clock::now()));
+    for (int64_t i = 0; i < w.decode; ++i) {
+      const int32_t id = decode_token(i, V);
       auto t1 = Clock::now();
       fwd.step(std::span(&id, 1), /*all_logits=*/false);
-      dec.push_back(std::chrono::duration<double>(Clock::now() - t1).count());
+      dec.push_back(secs(t1, Clock::now()));
     }
   }
   Timing t;
@@ -76,6 +236,190 @@ Timing run(Forward& fwd, int64_t np, int64_t nd, int reps) {
   t.decode_ms = dec.empty() ? 0 : 1e3 * median(dec);
   t.decode_tps = dec.empty() ? 0 : 1e3 / t.decode_ms;
   return t;
+}
+
+// ---- per-op profile -------------------------------------------------------------------------
+
+enum Op { kNorms, kQkv, kRope, kAttention, kOProj, kGateUp, kSilu, kDown, kLmHead, kNumOps };
+constexpr const char* kOpNames[kNumOps] = {"norms", "attn_in quant + q/k/v", "rope", "attention", "o_proj",
+                                          "gate/up", "silu*mul", "down", "lm_head"};
+constexpr const char* kOpKeys[kNumOps] = {"norms", "qkv", "rope", "attention", "o_proj",
+                                         "gate_up", "silu", "down", "lm_head"};
+
+using OpTimes = std::array<double, kNumOps>;  // seconds
+
+struct Profile {
+  OpTimes prefill{}, decode{};   // medians per op: one prefill, one decode step
+  double prefill_step = 0, decode_step = 0;  // median wall time of a profiled step
+  double silu_prefill = 0, silu_decode = 0;  // the silu_mul estimates used
+  double quant_prefill = 0, quant_decode = 0;  // activation quantization estimate per step (0: fp32)
+};
+
+// Median time of fn() (after one warm-up call).
+template <class F>
+double time_median(F fn, int n) {
+  fn();
+  std::vector<double> t;
+  for (int i = 0; i < n; ++i) {
+    auto a = Clock::now();
+    fn();
+    t.push_back(secs(a, Clock::now()));
+  }
+  return median(t);
+}
+
+double silu_seconds(int64_t T, int64_t I) {
+  std::vector<float> g(size_t(T * I)), u(size_t(T * I));
+  for (size_t i = 0; i < g.size(); ++i) {
+    g[i] = float(int(i % 97) - 48) * 0.05f;
+    u[i] = float(int(i % 89) - 44) * 0.05f;
+  }
+  return time_median([&] { silu_mul(g.data(), u.data(), T, I); }, T > 1 ? 5 : 200);
+}
+
+// One step's activation quantization as PackedLinear does it: attn_in x3 (q, k, v), o_in, mlp_in
+// x2 (gate, up), down_in, every layer.
+double act_quant_seconds(const ModelConfig& c, const runtime::RuntimeConfig& cfg, int64_t T) {
+  const bool stat = cfg.a.mode == runtime::ActMode::Static;
+  using lowbit::PackedFormat;
+  const PackedFormat f = cfg.a.bits == 8 ? (stat ? PackedFormat::A8_PerTensor : PackedFormat::A8_PerToken)
+                                         : (stat ? PackedFormat::A4_PerTensor : PackedFormat::A4_PerToken);
+  const std::pair<int64_t, int> shapes[] = {{c.hidden_size, 3}, {c.q_dim(), 1}, {c.hidden_size, 2},
+                                            {c.intermediate_size, 1}};
+  double total = 0;
+  lowbit::PackedTensor q;
+  for (auto [K, calls] : shapes) {
+    std::vector<float> x(size_t(T * K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 211) - 105) * 0.01f;
+    const quant::Params p = stat ? quant::compute_params(lowbit::quant_spec(f), x.data(), T, K) : quant::Params{};
+    const double s = time_median(
+        [&] {
+          if (stat) lowbit::quantize_static(f, x.data(), T, K, p, q);
+          else lowbit::quantize_dynamic(f, x.data(), T, K, 1.0f, q);
+        },
+        T > 1 ? 5 : 200);
+    total += s * calls;
+  }
+  return total * c.num_layers;
+}
+
+// One profiled pass: `reps` prefills and `decode` decode steps after each, a stamp at every site.
+Profile profile(Forward& fwd, const Workload& w, const runtime::RuntimeConfig* cfg) {
+  const ModelConfig& c = fwd.model().config();
+  const int L = c.num_layers;
+  constexpr int kS = int(Site::Out) + 1;  // attn_in .. out
+  std::vector<Clock::time_point> stamp(size_t(L) * kS);
+  std::vector<int> handles;
+  for (int s = 0; s < kS; ++s)
+    handles.push_back(fwd.hooks().add(Site(s), -1, [&stamp](SiteView& v) {
+      stamp[size_t(v.layer) * kS + size_t(v.site)] = Clock::now();
+    }));
+  const int64_t T = int64_t(w.prompt.size());
+  Profile p;
+  p.silu_prefill = silu_seconds(T, c.intermediate_size);
+  p.silu_decode = silu_seconds(1, c.intermediate_size);
+  if (cfg) {
+    p.quant_prefill = act_quant_seconds(c, *cfg, T);
+    p.quant_decode = act_quant_seconds(c, *cfg, 1);
+  }
+  auto at = [&](int l, Site s) { return stamp[size_t(l) * kS + size_t(s)]; };
+  // Attributes one step [t0, t1] (the layout of the top of this file).
+  auto attribute = [&](Clock::time_point t0, Clock::time_point t1, double silu) {
+    OpTimes o{};
+    Clock::time_point prev = t0;
+    for (int l = 0; l < L; ++l) {
+      const double norm = secs(prev, at(l, Site::AttnIn));
+      o[kNorms] += 2 * norm;
+      o[kQkv] += secs(at(l, Site::AttnIn), at(l, Site::KPreRope));
+      o[kRope] += secs(at(l, Site::KPreRope), at(l, Site::V));
+      o[kAttention] += secs(at(l, Site::V), at(l, Site::OIn));
+      o[kOProj] += std::max(0.0, secs(at(l, Site::OIn), at(l, Site::MlpIn)) - norm);
+      const double mlp = secs(at(l, Site::MlpIn), at(l, Site::DownIn));
+      o[kSilu] += std::min(silu, mlp);
+      o[kGateUp] += std::max(0.0, mlp - silu);
+      o[kDown] += secs(at(l, Site::DownIn), at(l, Site::Out));
+      prev = at(l, Site::Out);
+    }
+    o[kLmHead] = secs(prev, t1);
+    return o;
+  };
+  const int64_t V = c.vocab_size;
+  std::vector<OpTimes> pre, dec;
+  std::vector<double> pre_step, dec_step;
+  for (int r = 0; r < w.reps; ++r) {
+    fwd.reset();
+    auto t0 = Clock::now();
+    fwd.step(w.prompt, /*all_logits=*/false);
+    auto t1 = Clock::now();
+    pre.push_back(attribute(t0, t1, p.silu_prefill));
+    pre_step.push_back(secs(t0, t1));
+    for (int64_t i = 0; i < w.decode; ++i) {
+      const int32_t id = decode_token(i, V);
+      auto a = Clock::now();
+      fwd.step(std::span(&id, 1), /*all_logits=*/false);
+      auto b = Clock::now();
+      dec.push_back(attribute(a, b, p.silu_decode));
+      dec_step.push_back(secs(a, b));
+    }
+  }
+  for (int h : handles) fwd.hooks().remove(h);
+  for (int op = 0; op < kNumOps; ++op) {
+    std::vector<double> a, b;
+    for (const OpTimes& o : pre) a.push_back(o[size_t(op)]);
+    for (const OpTimes& o : dec) b.push_back(o[size_t(op)]);
+    p.prefill[size_t(op)] = median(a);
+    p.decode[size_t(op)] = median(b);
+  }
+  p.prefill_step = median(pre_step);
+  p.decode_step = median(dec_step);
+  return p;
+}
+
+nlohmann::json profile_json(const Profile& p, bool decode_on) {
+  nlohmann::json pre, dec;
+  for (int op = 0; op < kNumOps; ++op) {
+    pre[kOpKeys[op]] = 1e3 * p.prefill[size_t(op)];
+    dec[kOpKeys[op]] = decode_on ? 1e3 * p.decode[size_t(op)] : 0.0;
+  }
+  return {{"prefill_ms", pre},
+          {"decode_ms", dec},
+          {"prefill_step_ms", 1e3 * p.prefill_step},
+          {"decode_step_ms", decode_on ? 1e3 * p.decode_step : 0.0},
+          {"act_quant_est_prefill_ms", 1e3 * p.quant_prefill},
+          {"act_quant_est_decode_ms", 1e3 * p.quant_decode},
+          {"silu_est_prefill_ms", 1e3 * p.silu_prefill},
+          {"silu_est_decode_ms", 1e3 * p.silu_decode}};
+}
+
+// ---- one configuration ----------------------------------------------------------------------
+
+struct Result {
+  std::string name, describe;
+  Timing t;
+  Profile prof;
+  int64_t decode_weight_bytes = 0, model_bytes = 0, peak_rss = 0;
+  double pack_s = 0, calib_s = 0;
+  double achieved_gbs = 0;
+};
+
+// Weight bytes of a decode step (linears + lm_head) and of the whole model (+ embeddings, norms).
+void weight_bytes(const Model& m, int64_t& decode, int64_t& total) {
+  const ModelWeights& w = m.weights();
+  const ModelConfig& c = m.config();
+  decode = mat_bytes(w.lm_head);
+  for (const LayerWeights& l : w.layers) {
+    const std::pair<const Mat*, const LinearImpl*> lin[7] = {
+        {&l.wq, l.impl.q.get()},     {&l.wk, l.impl.k.get()},  {&l.wv, l.impl.v.get()},
+        {&l.wo, l.impl.o.get()},     {&l.w_gate, l.impl.gate.get()}, {&l.w_up, l.impl.up.get()},
+        {&l.w_down, l.impl.down.get()}};
+    for (auto [mat, impl] : lin) {
+      const auto* pl = dynamic_cast<const runtime::PackedLinear*>(impl);
+      decode += pl ? int64_t(pl->bytes()) : mat_bytes(*mat);
+    }
+  }
+  const bool tied = w.lm_head.data == w.embed.data;
+  total = decode + (tied ? 0 : mat_bytes(w.embed)) +
+          int64_t(sizeof(float)) * c.hidden_size * (2 * int64_t(c.num_layers) + 1);
 }
 
 }  // namespace
@@ -88,6 +432,9 @@ void register_bench(CLI::App& app) {
     int reps = 3;
     bool no_hook_probe = false;
     std::string sim_preset;
+    std::string quant;
+    bool no_profile = false;
+    int64_t bw_probe_mib = 1024;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode speed, bandwidth and memory of the forward pass");
@@ -102,6 +449,16 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--sim-preset", o->sim_preset,
                   "Also time the simulator's activation and KV fake-quant hooks of this dynamic preset (e.g. "
                   "w4a4kv4) on the same forward, side by side with the plain one (weights unchanged)");
+  cmd->add_option("--quant", o->quant,
+                  "Comma-separated configurations run side by side on real packed low-bit linears, with a "
+                  "per-op profile: fp32 (always run, first) and w{8|4}a{8|4}[-g{32|64|128}][-asym][-static], "
+                  "e.g. fp32,w8a8,w4a8,w4a4,w8a8-static,w4a4-static (-static: per-tensor activation scales "
+                  "calibrated on one fp32 prefill of the same tokens)");
+  cmd->add_flag("--no-profile", o->no_profile, "With --quant: skip the per-op profile pass");
+  cmd->add_option("--bw-probe-mib", o->bw_probe_mib,
+                  "Buffer of the memory read-bandwidth probe in MiB (well above the last-level cache)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
+      ->capture_default_str();
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
     apply_threads(*o);
@@ -109,6 +466,7 @@ void register_bench(CLI::App& app) {
     SINKQ_CHECK(o->prefill >= 1, "--prefill must be >= 1 (got {})", o->prefill);
     SINKQ_CHECK(o->decode >= 0, "--decode must be >= 0 (got {})", o->decode);
     SINKQ_CHECK(o->reps >= 1, "--reps must be >= 1 (got {})", o->reps);
+    const std::vector<QuantChoice> choices = o->quant.empty() ? std::vector<QuantChoice>{} : parse_quant_list(o->quant);
     std::shared_ptr<Model> model;
     std::string name = o->model;
     if (!o->random.empty()) {
@@ -125,15 +483,19 @@ void register_bench(CLI::App& app) {
     const int64_t ctx = o->prefill + o->decode;
     SINKQ_CHECK(ctx <= c.max_position_embeddings, "--prefill + --decode = {} exceeds the model's {} positions",
                 ctx, c.max_position_embeddings);
+    const Workload work = make_workload(c.vocab_size, o->prefill, o->decode, o->reps);
+    const Workload warm = make_workload(c.vocab_size, std::min<int64_t>(o->prefill, 8), 2, 1);
+    const bool peak_resettable = reset_peak_rss();
     Forward fwd(model, ctx, /*max_batch=*/o->prefill);
-    std::fprintf(stderr, "bench: %s, %d threads, %s kernels\n", name.c_str(), num_threads(),
-                 std::string(isa_name(active_isa())).c_str());
-    run(fwd, std::min<int64_t>(o->prefill, 8), 2, 1);  // warm-up: page in weights, spin threads
-    const Timing base = run(fwd, o->prefill, o->decode, o->reps);
+    std::fprintf(stderr, "bench: %s, %d threads, %s kernels, lowbit %s\n", name.c_str(), num_threads(),
+                 std::string(isa_name(active_isa())).c_str(), std::string(lowbit::kernel_isa_name()).c_str());
+    run(fwd, warm);  // warm-up: page in weights, spin threads
+    std::fprintf(stderr, "bench: fp32: timing\n");
+    const Timing base = run(fwd, work);
     Timing hooked;
     if (!o->no_hook_probe) {
       for (int s = 0; s < int(Site::Logits); ++s) fwd.hooks().add(Site(s), -1, [](SiteView&) {});
-      hooked = run(fwd, o->prefill, o->decode, o->reps);
+      hooked = run(fwd, work);
       fwd.hooks().clear();
     }
     Timing sim;
@@ -145,19 +507,73 @@ void register_bench(CLI::App& app) {
                   o->sim_preset);
       sim_desc = sc.describe();
       quant::attach(fwd, sc);
-      sim = run(fwd, o->prefill, o->decode, o->reps);
+      sim = run(fwd, work);
       fwd.hooks().clear();
     }
     // Decode reads every weight matrix once plus, per layer, the K and V rows so far (fp32).
     const int64_t wbytes = model->decode_weight_bytes();
     const double avg_ctx = double(o->prefill) + double(o->decode) / 2;
     const double kv_bytes = avg_ctx * double(c.num_layers) * 2.0 * c.kv_dim() * 4.0;
-    const double achieved = o->decode > 0 ? (double(wbytes) + kv_bytes) / (base.decode_ms * 1e-3) / 1e9 : 0;
+    auto gbs = [&](int64_t bytes, double ms) { return o->decode > 0 ? (double(bytes) + kv_bytes) / (ms * 1e-3) / 1e9 : 0.0; };
+    const double achieved = gbs(wbytes, base.decode_ms);
+
+    // --quant: every configuration on the same workload, fp32 first.
+    std::vector<Result> results;
+    std::map<int, std::vector<runtime::StaticActScale>> static_scales;  // by activation bits
+    for (const QuantChoice& q : choices) {
+      Result r;
+      r.name = q.name;
+      if (q.fp) {
+        r.describe = "fp32 compute, " + std::string(dtype_name(model->weights().layers[0].wq.dtype)) + " weights";
+        r.t = base;
+        if (!o->no_profile) {
+          std::fprintf(stderr, "bench: fp32: profile\n");
+          r.prof = profile(fwd, work, nullptr);
+        }
+        weight_bytes(*model, r.decode_weight_bytes, r.model_bytes);
+        r.peak_rss = proc_status_bytes("VmHWM:");
+      } else {
+        runtime::RuntimeConfig cfg = q.cfg;
+        if (cfg.a.mode == runtime::ActMode::Static) {
+          auto it = static_scales.find(cfg.a.bits);
+          if (it == static_scales.end()) {
+            std::fprintf(stderr, "bench: calibrating static int%d activation scales (one fp32 prefill of %lld tokens)\n",
+                         cfg.a.bits, (long long)o->prefill);
+            const auto t0 = Clock::now();
+            it = static_scales.emplace(cfg.a.bits, calibrate_static(fwd, work.prompt, cfg.a.bits)).first;
+            r.calib_s = secs(t0, Clock::now());
+          }
+          cfg.a.scales = it->second;
+        }
+        r.describe = cfg.describe();
+        if (peak_resettable) reset_peak_rss();
+        std::fprintf(stderr, "bench: %s: packing (%s)\n", q.name.c_str(), r.describe.c_str());
+        const auto t0 = Clock::now();
+        std::shared_ptr<const Model> packed = runtime::pack_model(model, cfg);
+        r.pack_s = secs(t0, Clock::now());
+        {
+          Forward qf(packed, ctx, /*max_batch=*/o->prefill);
+          run(qf, warm);
+          std::fprintf(stderr, "bench: %s: timing\n", q.name.c_str());
+          r.t = run(qf, work);
+          if (!o->no_profile) {
+            std::fprintf(stderr, "bench: %s: profile\n", q.name.c_str());
+            r.prof = profile(qf, work, &cfg);
+          }
+        }
+        weight_bytes(*packed, r.decode_weight_bytes, r.model_bytes);
+        r.peak_rss = proc_status_bytes("VmHWM:");
+      }
+      r.achieved_gbs = gbs(r.decode_weight_bytes, r.t.decode_ms);
+      results.push_back(std::move(r));
+    }
+
     const int64_t peak_rss = peak_rss_bytes();  // before the bandwidth probe's 1 GiB buffer
     std::fprintf(stderr, "bench: measuring memory read bandwidth\n");
-    const double measured = measure_read_bandwidth_gbs();
+    const double measured = measure_read_bandwidth_gbs(size_t(o->bw_probe_mib) << 20);
     nlohmann::json j = {
         {"model", name}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
+        {"lowbit_isa", lowbit::kernel_isa_name()},
         {"parameters", model->weights().parameter_count()},
         {"prefill_tokens", o->prefill}, {"decode_tokens", o->decode}, {"reps", o->reps},
         {"prefill_tokens_per_s", base.prefill_tps}, {"decode_tokens_per_s", base.decode_tps},
@@ -169,12 +585,35 @@ void register_bench(CLI::App& app) {
     if (!o->sim_preset.empty())
       j["simulator"] = {{"preset", o->sim_preset}, {"config", sim_desc}, {"prefill_tokens_per_s", sim.prefill_tps},
                         {"decode_tokens_per_s", sim.decode_tps}};
+    if (!results.empty()) {
+      const Result& f = results.front();
+      nlohmann::json arr = nlohmann::json::array();
+      for (const Result& r : results) {
+        nlohmann::json e = {
+            {"name", r.name}, {"config", r.describe},
+            {"prefill_tokens_per_s", r.t.prefill_tps}, {"decode_tokens_per_s", r.t.decode_tps},
+            {"decode_ms_per_token", r.t.decode_ms},
+            {"prefill_ratio_to_fp32", r.t.prefill_tps / f.t.prefill_tps},
+            {"decode_ratio_to_fp32", o->decode ? r.t.decode_tps / f.t.decode_tps : 0.0},
+            {"decode_weight_bytes", r.decode_weight_bytes}, {"decode_achieved_gbs", r.achieved_gbs},
+            {"decode_bandwidth_fraction", measured > 0 ? r.achieved_gbs / measured : 0},
+            {"model_bytes", r.model_bytes}, {"peak_rss_bytes", r.peak_rss},
+            {"pack_seconds", r.pack_s}, {"calibration_seconds", r.calib_s}};
+        if (!o->no_profile) e["profile"] = profile_json(r.prof, o->decode > 0);
+        arr.push_back(e);
+      }
+      j["configs"] = arr;
+      j["peak_rss_note"] = peak_resettable
+                               ? "per config: the peak RSS from just before packing it to the end of its runs (the "
+                                 "process holds the fp32 model throughout: pack_model keeps it alive)"
+                               : "per config: the process's peak RSS so far (could not reset it)";
+    }
     if (o->json) {
       print_json(j);
       return;
     }
-    fmt::print("model {}  ({} params, {} threads, {} kernels)\n", name, model->weights().parameter_count(),
-               num_threads(), isa_name(active_isa()));
+    fmt::print("model {}  ({} params, {} threads, {} kernels, lowbit {})\n", name,
+               model->weights().parameter_count(), num_threads(), isa_name(active_isa()), lowbit::kernel_isa_name());
     fmt::print("prefill {:>5} tokens: {:10.1f} tok/s (median of {})\n", o->prefill, base.prefill_tps, o->reps);
     fmt::print("decode  {:>5} tokens: {:10.2f} tok/s  {:.2f} ms/token (median)\n", o->decode, base.decode_tps,
                base.decode_ms);
@@ -188,6 +627,37 @@ void register_bench(CLI::App& app) {
                  sim.prefill_tps / base.prefill_tps, o->decode ? sim.decode_tps / base.decode_tps : 1.0);
     fmt::print("KV cache {:.1f} MB, peak RSS {:.1f} MB\n", double(fwd.cache().bytes()) / 1e6,
                double(peak_rss) / 1e6);
+    if (results.empty()) return;
+    const Result& f = results.front();
+    fmt::print("\n{:<14} {:>10} {:>7} {:>10} {:>7} {:>11} {:>7} {:>6} {:>9} {:>9}\n", "config", "prefill/s", "x fp32",
+               "decode/s", "x fp32", "MB/token", "GB/s", "% bw", "model MB", "peak MB");
+    for (const Result& r : results)
+      fmt::print("{:<14} {:>10.1f} {:>7.2f} {:>10.2f} {:>7.2f} {:>11.1f} {:>7.1f} {:>5.0f}% {:>9.1f} {:>9.1f}\n", r.name,
+                 r.t.prefill_tps, r.t.prefill_tps / f.t.prefill_tps, r.t.decode_tps,
+                 o->decode ? r.t.decode_tps / f.t.decode_tps : 0.0, double(r.decode_weight_bytes) / 1e6,
+                 r.achieved_gbs, measured > 0 ? 100 * r.achieved_gbs / measured : 0.0, double(r.model_bytes) / 1e6,
+                 double(r.peak_rss) / 1e6);
+    if (o->no_profile) return;
+    for (int phase = 0; phase < (o->decode ? 2 : 1); ++phase) {
+      fmt::print("\nper-op profile, {} (ms per {}; medians)\n{:<24}", phase ? "decode" : "prefill",
+                 phase ? "token" : fmt::format("{}-token prefill", o->prefill), "op");
+      for (const Result& r : results) fmt::print(" {:>12}", r.name);
+      fmt::print("\n");
+      auto row = [&](const char* label, auto get) {
+        fmt::print("{:<24}", label);
+        for (const Result& r : results) fmt::print(" {:>12.3f}", 1e3 * get(r));
+        fmt::print("\n");
+      };
+      for (int op = 0; op < kNumOps; ++op)
+        row(kOpNames[op], [&](const Result& r) { return (phase ? r.prof.decode : r.prof.prefill)[size_t(op)]; });
+      row("sum of ops", [&](const Result& r) {
+        double s = 0;
+        for (double v : (phase ? r.prof.decode : r.prof.prefill)) s += v;
+        return s;
+      });
+      row("profiled step", [&](const Result& r) { return phase ? r.prof.decode_step : r.prof.prefill_step; });
+      row("  act quant (est.)", [&](const Result& r) { return phase ? r.prof.quant_decode : r.prof.quant_prefill; });
+    }
   });
 }
 

@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstring>
 
+#include <omp.h>
+
 #include "core/error.h"
 #include "kernels/ops.h"
 #include "lowbit/table.h"
@@ -100,20 +102,38 @@ void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t co
   const int64_t rb = row_bytes(t, cols);
   const float denom = float((1 << (t.bits - 1)) - 1);
   int64_t bad = tokens;  // first token with a non-finite value
-  const int nt = threads_for(0.5 * double(tokens) * double(cols));
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < tokens; ++i) {
+  // Token i: the abs-max pass, then the quantize pass over the same (now cached) row. Returns
+  // false for a non-finite row (compute_params would throw).
+  auto token = [&](int64_t i, int64_t end) {
     const float* row = x + i * cols;
     const uint32_t m = k.absmax_bits(row, cols);
-    if (m > 0x7f7fffffu) {  // inf or NaN: compute_params would throw
-#pragma omp critical(sinkq_lowbit_bad)
-      bad = std::min(bad, i);
-      continue;
-    }
+    if (m > 0x7f7fffffu) return false;
     // Exactly Calibrator::params(): s = guard((clip · absmax) / (2^(N-1) - 1)).
     const float s = quant::detail::guard_scale((clip_ratio * std::bit_cast<float>(m)) / denom);
     out.scales[size_t(i)] = s;
-    k.quantize_row(row, cols, s, t.bits, out.codes.data() + i * rb);
+    k.quantize_row(row, cols, s, t.bits, out.codes.data() + i * rb, i + 1 < end ? row + cols : nullptr);
+    return true;
+  };
+  const int nt = threads_for(0.3 * double(tokens) * double(cols));
+  if (nt == 1) {  // no OpenMP region: its fork/join costs more than a decode row
+    for (int64_t i = 0; i < tokens; ++i)
+      if (!token(i, tokens)) {
+        bad = i;
+        break;
+      }
+  } else {
+#pragma omp parallel num_threads(nt)
+    {
+      // Contiguous token ranges per thread (as schedule(static)), so each prefetches its own next row.
+      const int64_t n = omp_get_num_threads(), me = omp_get_thread_num();
+      const int64_t i0 = tokens * me / n, i1 = tokens * (me + 1) / n;
+      for (int64_t i = i0; i < i1; ++i)
+        if (!token(i, i1)) {
+#pragma omp critical(sinkq_lowbit_bad)
+          bad = std::min(bad, i);
+          break;
+        }
+    }
   }
   if (bad < tokens) {
     const float* row = x + bad * cols;
@@ -140,9 +160,15 @@ void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t col
   out.scales[0] = s;
   const LowbitTable& k = detail::table();
   const int64_t rb = row_bytes(t, cols);
-  const int nt = threads_for(0.4 * double(tokens) * double(cols));
+  const int nt = threads_for(0.25 * double(tokens) * double(cols));
+  if (nt == 1) {  // one call over the whole tensor when rows are contiguous (8-bit, or even cols)
+    if (t.bits == 8 || cols % 2 == 0) return k.quantize_row(x, tokens * cols, s, t.bits, out.codes.data(), nullptr);
+    for (int64_t i = 0; i < tokens; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
+    return;
+  }
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < tokens; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb);
+  for (int64_t i = 0; i < tokens; ++i)
+    k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
 }
 
 // ---- repack -------------------------------------------------------------------------------

@@ -10,7 +10,9 @@
 // a parallel region run single-threaded. Results never depend on the ISA or the thread count.
 //
 // Exactness. The activation quantizers produce exactly quant::quantize_to_int's codes and
-// compute_params' scales (fp32 division, clamp, round half to even). The GEMM accumulates
+// compute_params' scales (fp32 division, clamp, round half to even; the SIMD rows multiply by
+// RN(1/s) and divide only the vectors with a lane near a rounding boundary, which is provably the
+// same: table.h). The GEMM accumulates
 // integer products exactly in int32 (K <= kMaxCols) and dequantizes in a fixed fp32 order, the
 // same in ref::gemm and every ISA, so all paths agree bit for bit:
 //   per-row weights:    y = (s_x · s_w) · float(Σ_k c_x c_w) (+ bias)

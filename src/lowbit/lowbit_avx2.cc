@@ -107,8 +107,16 @@ uint32_t absmax_bits(const float* x, int64_t n) {
   const __m256i m = _mm256_set1_epi32(0x7fffffff);
   __m256i acc = _mm256_setzero_si256();
   int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
-    acc = _mm256_max_epu32(acc, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k)), m));
+  __m256i a1 = acc, a2 = acc, a3 = acc;  // independent chains
+  auto ld = [&](int64_t j) { return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j)), m); };
+  for (; k + 32 <= n; k += 32) {
+    acc = _mm256_max_epu32(acc, ld(k));
+    a1 = _mm256_max_epu32(a1, ld(k + 8));
+    a2 = _mm256_max_epu32(a2, ld(k + 16));
+    a3 = _mm256_max_epu32(a3, ld(k + 24));
+  }
+  for (; k + 8 <= n; k += 8) acc = _mm256_max_epu32(acc, ld(k));
+  acc = _mm256_max_epu32(_mm256_max_epu32(acc, a1), _mm256_max_epu32(a2, a3));
   __m128i r = _mm_max_epu32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
   r = _mm_max_epu32(r, _mm_shuffle_epi32(r, 0x4E));
   r = _mm_max_epu32(r, _mm_shuffle_epi32(r, 0xB1));
@@ -130,14 +138,46 @@ inline __m256i level8(const float* p, __m256 s, __m256 lo, __m256 hi) {
   return _mm256_cvtps_epi32(v);
 }
 
-void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q) {
+// The same by the reciprocal (table.h recip_ok / kTieMargin); `near` collects the lanes close to
+// a rounding boundary, whose group the caller recomputes with level8.
+inline __m256i level8_recip(const float* p, __m256 r, __m256 lo, __m256 hi, __m256& near) {
+  const __m256 v = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(_mm256_loadu_ps(p), r), lo), hi);
+  const __m256i c = _mm256_cvtps_epi32(v);
+  const __m256 d = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(v, _mm256_cvtepi32_ps(c)));
+  near = _mm256_or_ps(near, _mm256_cmp_ps(d, _mm256_set1_ps(0.5f - kTieMargin), _CMP_GE_OQ));
+  return c;
+}
+
+void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q, const float* next) {
   const float flo = float(-(1 << (bits - 1))), fhi = float((1 << (bits - 1)) - 1);
   const __m256 vs = _mm256_set1_ps(s), lo = _mm256_set1_ps(flo), hi = _mm256_set1_ps(fhi);
+  const bool fast = recip_ok(s);
+  const __m256 vr = _mm256_set1_ps(fast ? 1.0f / s : 0.0f);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   int64_t k = 0;
   for (; k + 32 <= n; k += 32) {
-    const __m256i ab = _mm256_packs_epi32(level8(x + k, vs, lo, hi), level8(x + k + 8, vs, lo, hi));
-    const __m256i cd = _mm256_packs_epi32(level8(x + k + 16, vs, lo, hi), level8(x + k + 24, vs, lo, hi));
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(next + k + 16), _MM_HINT_T0);
+    }
+    __m256i l0, l1, l2, l3;
+    bool divide = !fast;
+    if (fast) {
+      __m256 near = _mm256_setzero_ps();
+      l0 = level8_recip(x + k, vr, lo, hi, near);
+      l1 = level8_recip(x + k + 8, vr, lo, hi, near);
+      l2 = level8_recip(x + k + 16, vr, lo, hi, near);
+      l3 = level8_recip(x + k + 24, vr, lo, hi, near);
+      divide = _mm256_movemask_ps(near) != 0;
+    }
+    if (divide) {
+      l0 = level8(x + k, vs, lo, hi);
+      l1 = level8(x + k + 8, vs, lo, hi);
+      l2 = level8(x + k + 16, vs, lo, hi);
+      l3 = level8(x + k + 24, vs, lo, hi);
+    }
+    const __m256i ab = _mm256_packs_epi32(l0, l1);
+    const __m256i cd = _mm256_packs_epi32(l2, l3);
     // packs interleave the 128-bit lanes: restore column order (32 int8 codes).
     const __m256i c8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), order);
     if (bits == 8) {

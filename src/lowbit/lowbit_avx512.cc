@@ -64,12 +64,20 @@ struct VT {
 };
 
 uint32_t absmax_bits(const float* x, int64_t n) {
+  // Four independent accumulators (vpmaxud has a 1-cycle latency but 2 per cycle issue); the sign
+  // bit is masked once per vector.
   const __m512i m = _mm512_set1_epi32(0x7fffffff);
-  __m512i acc = _mm512_setzero_si512();
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   int64_t k = 0;
-  for (; k + 16 <= n; k += 16) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_loadu_si512(x + k), m));
-  if (k < n) acc = _mm512_max_epu32(acc, _mm512_and_si512(_mm512_maskz_loadu_epi32(VT::mask(int(n - k)), x + k), m));
-  return _mm512_reduce_max_epu32(acc);
+  for (; k + 64 <= n; k += 64) {
+    a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(x + k), m));
+    a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_loadu_si512(x + k + 16), m));
+    a2 = _mm512_max_epu32(a2, _mm512_and_si512(_mm512_loadu_si512(x + k + 32), m));
+    a3 = _mm512_max_epu32(a3, _mm512_and_si512(_mm512_loadu_si512(x + k + 48), m));
+  }
+  for (; k + 16 <= n; k += 16) a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(x + k), m));
+  if (k < n) a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_maskz_loadu_epi32(VT::mask(int(n - k)), x + k), m));
+  return _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3)));
 }
 
 // quant::detail::level on 16 lanes (maxps/minps return the second operand on NaN, as the scalar
@@ -79,13 +87,39 @@ inline __m512i level16(__m512 x, __m512 s, __m512 lo, __m512 hi) {
   return _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
-void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q) {
+// The same codes from x·r, r = RN(1/s), where that provably equals the division (table.h,
+// recip_ok): lanes whose clamped x·r lies within kTieMargin of a half-integer may round
+// differently from RN(x/s) and send the whole vector to the division (level16).
+inline __m512i level16_recip(__m512 x, __m512 s, __m512 r, __m512 lo, __m512 hi) {
+  const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(x, r), lo), hi);
+  const __m512i c = _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 d = _mm512_abs_ps(_mm512_sub_ps(v, _mm512_cvtepi32_ps(c)));  // |v - rne(v)| <= 0.5
+  if (__builtin_expect(_mm512_cmp_ps_mask(d, _mm512_set1_ps(0.5f - kTieMargin), _CMP_GE_OQ) != 0, 0))
+    return level16(x, s, lo, hi);
+  return c;
+}
+
+void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q, const float* next) {
   const float flo = float(-(1 << (bits - 1))), fhi = float((1 << (bits - 1)) - 1);
   const __m512 vs = _mm512_set1_ps(s), lo = _mm512_set1_ps(flo), hi = _mm512_set1_ps(fhi);
+  const bool fast = recip_ok(s);
+  const __m512 vr = _mm512_set1_ps(fast ? 1.0f / s : 0.0f);
+  auto codes16 = [&](const float* p) {
+    const __m512 xv = _mm512_loadu_ps(p);
+    return fast ? level16_recip(xv, vs, vr, lo, hi) : level16(xv, vs, lo, hi);
+  };
   int64_t k = 0;
   if (bits == 8) {
-    for (; k + 16 <= n; k += 16)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(level16(_mm512_loadu_ps(x + k), vs, lo, hi)));
+    for (; k + 64 <= n; k += 64) {  // four vectors in flight
+      if (next)
+        for (int j = 0; j < 64; j += 16) _mm_prefetch(reinterpret_cast<const char*>(next + k + j), _MM_HINT_T0);
+      const __m512i a = codes16(x + k), b = codes16(x + k + 16), c = codes16(x + k + 32), d = codes16(x + k + 48);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(a));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k + 16), _mm512_cvtepi32_epi8(b));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k + 32), _mm512_cvtepi32_epi8(c));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k + 48), _mm512_cvtepi32_epi8(d));
+    }
+    for (; k + 16 <= n; k += 16) _mm_storeu_si128(reinterpret_cast<__m128i*>(q + k), _mm512_cvtepi32_epi8(codes16(x + k)));
     if (k < n) {
       const __mmask16 m = VT::mask(int(n - k));
       _mm512_mask_cvtepi32_storeu_epi8(q + k, m, level16(_mm512_maskz_loadu_ps(m, x + k), vs, lo, hi));
@@ -93,8 +127,12 @@ void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q) {
     return;
   }
   for (; k + 32 <= n; k += 32) {
-    const __m128i a = _mm512_cvtepi32_epi8(level16(_mm512_loadu_ps(x + k), vs, lo, hi));
-    const __m128i b = _mm512_cvtepi32_epi8(level16(_mm512_loadu_ps(x + k + 16), vs, lo, hi));
+    if (next) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + k), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(next + k + 16), _MM_HINT_T0);
+    }
+    const __m128i a = _mm512_cvtepi32_epi8(codes16(x + k));
+    const __m128i b = _mm512_cvtepi32_epi8(codes16(x + k + 16));
     // int16 lane = [even | odd << 8] -> even & 0xF | (odd & 0xF) << 4, narrowed to bytes
     const __m256i c = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
     const __m256i nib = _mm256_or_si256(_mm256_and_si256(c, _mm256_set1_epi16(0x000F)),

@@ -91,7 +91,7 @@ uint32_t absmax_bits(const float* x, int64_t n) {
   return m;
 }
 
-void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q) {
+void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q, const float* /*next*/) {
   const float lo = float(-(1 << (bits - 1))), hi = float((1 << (bits - 1)) - 1);
   if (bits == 8) {
     for (int64_t k = 0; k < n; ++k) q[k] = uint8_t(int8_t(quant::detail::level(x[k], s, lo, hi)));

@@ -37,14 +37,38 @@ struct GemmArgs {
   float* y = nullptr;              // [T][out]
 };
 
+// ---- activation quantization by a reciprocal -------------------------------------------------
+// The definition divides: level = clamp(rne(RN(x / s)), lo, hi) (quant::detail::level). A division
+// is the slowest vector instruction on the quantizer's path, so the SIMD rows compute
+// v = RN(x · r) with r = RN(1 / s) and keep rne(clamp(v)) unless v lies near a rounding boundary,
+// where they divide. Why that is exact (u = 2^-24, the fp32 unit roundoff):
+//   - r is normal when s is in [2^-96, 2^96] (recip_ok), so r = (1/s)(1 + e1) and, while x·r is
+//     normal, v = (x/s)(1 + e1)(1 + e2); the quotient q = RN(x/s) = (x/s)(1 + e3), |ei| <= u.
+//     Hence |v - q| <= (3u + 3u² + u³)|x/s| < 3.01u·|v|.
+//   - rne(v) != rne(q) needs a half-integer h between v and q (inclusive: a tie rounds to even),
+//     so |v - h| < 3.01u·|v|. After clamping to [lo, hi] (|lo|, |hi| <= 128) that is
+//     < 3.01·2^-24·128 < 2.3e-5 < kTieMargin; a lane with |clamp(v) - rne(clamp(v))| <
+//     0.5 - kTieMargin therefore has rne(clamp(v)) == rne(clamp(q)) (= clamp(rne(q)): the
+//     bounds are integers and rne is monotone).
+//   - A clamped lane: v >= hi gives q >= v(1 - 3.01u) > hi - 1/2, so both are hi (and the same for
+//     lo); clamp(v) is then an integer, never flagged. x·r below the normal range (|x/s| < 2^-126)
+//     rounds to 0 like q. Non-finite x: ±inf give ±inf in both; NaN gives NaN in both, which the
+//     max-with-lo maps to lo as the definition does.
+// Lanes are flagged with probability ~2·kTieMargin (2.4e-4 for smooth data); exact ties such as
+// x = (k + 1/2)·s are flagged and divided. Tested against quantize_to_int (act_quant_test.cc).
+inline constexpr float kTieMargin = 1.0f / 8192;  // 1.2e-4, > 5x the bound above
+inline bool recip_ok(float s) { return s >= 0x1p-96f && s <= 0x1p96f; }
+
 struct LowbitTable {
   // Rows [16·b0, min(out, 16·b1)) of y for all T tokens.
   void (*gemm)(const GemmArgs& a, int64_t b0, int64_t b1);
   // max over k < n of the bit pattern of |x[k]| (0x7f800000 for inf, above for NaN).
   uint32_t (*absmax_bits)(const float* x, int64_t n);
   // q[k] = quant::detail::level(x[k], s, lo, hi) for k < n (lo = -2^(N-1), hi = 2^(N-1)-1); bits 8:
-  // one int8 per byte; bits 4: packed nibbles (formats.h), ceil(n/2) bytes.
-  void (*quantize_row)(const float* x, int64_t n, float s, int bits, uint8_t* q);
+  // one int8 per byte; bits 4: packed nibbles (formats.h), ceil(n/2) bytes. next: nullptr, or n
+  // floats to prefetch into the cache while this row is quantized (the dynamic quantizer's next
+  // token, so its abs-max pass does not wait for memory).
+  void (*quantize_row)(const float* x, int64_t n, float s, int bits, uint8_t* q, const float* next);
 };
 
 const LowbitTable& table_scalar();

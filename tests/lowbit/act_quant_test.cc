@@ -106,6 +106,46 @@ TEST(ActQuant, StaticPerTensorEqualsQuantizeToInt) {
   }
 }
 
+// The SIMD rows multiply by RN(1/s) and divide only near rounding boundaries (table.h): values
+// within a few ulps of every half-integer quotient (k + 1/2)·s, for scales whose reciprocal is
+// inexact, and scales outside the reciprocal's range (always divided), give quantize_to_int's codes.
+TEST(ActQuant, ReciprocalPathEqualsDivisionNearRoundingBoundaries) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(14);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  PackedTensor out;
+  int cases = 0;
+  for (PackedFormat f : {PackedFormat::A8_PerTensor, PackedFormat::A4_PerTensor}) {
+    const int bits = traits(f).bits, qmax = (1 << (bits - 1)) - 1;
+    std::vector<float> scales = {3.0f, 0.1f, 1.0f / 3.0f, 7e-3f, 1e30f, 3e-30f, 0x1p96f, 0x1.000002p96f};
+    for (int i = 0; i < 24; ++i) scales.push_back(std::ldexp(mant(rng), int(rng() % 40) - 20));
+    for (float s : scales) {
+      // (k + 1/2)·s and its neighbours up to 3 ulps away, for every k of the range and beyond.
+      std::vector<float> x;
+      for (int k = -qmax - 3; k <= qmax + 2; ++k) {
+        float v = (float(k) + 0.5f) * s;
+        for (int j = 0; j < 3; ++j) v = std::nextafter(v, -INFINITY);
+        for (int j = 0; j < 7; ++j, v = std::nextafter(v, INFINITY)) x.push_back(v);
+      }
+      while (x.size() % 64 != 0) x.push_back(float(x.size() % 5) * s);  // whole vectors + none left
+      const int64_t cols = int64_t(x.size());
+      // Per-tensor params for `cols` columns, with the scale set to exactly s.
+      std::vector<float> calib(size_t(cols), 0.0f);
+      calib[0] = s;
+      quant::Params p = quant::compute_params(quant_spec(f), calib.data(), 1, cols);
+      p.scale[0] = s;
+      for (Isa isa : ktest::all_isas()) {
+        set_isa(isa);
+        quantize_static(f, x.data(), 1, cols, p, out);
+        expect_same(out, reference(f, x.data(), 1, cols, p),
+                    ktest::ctx(isa, std::string(traits(f).name)) + " s=" + std::to_string(s));
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 0);
+}
+
 // Many tokens: the threaded split gives the same bytes as one thread.
 TEST(ActQuant, ThreadCountDoesNotMatter) {
   ktest::StateGuard guard;

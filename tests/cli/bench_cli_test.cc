@@ -1,0 +1,100 @@
+// sinkq bench --quant: the side-by-side quantized benchmark runs on a tiny random model, its JSON
+// carries every field per configuration (speed, bandwidth, memory, per-op profile), and bad
+// configuration names are errors naming the flag. No timing is asserted: speed is never a test.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "cli/cli_run.h"
+
+namespace sinkq {
+namespace {
+
+using clitest::expect_error;
+using clitest::run;
+using clitest::RunResult;
+using nlohmann::json;
+
+const std::vector<std::string> kFast = {"bench", "--random", "tiny", "--prefill", "16", "--decode", "4",
+                                        "--reps", "1", "--no-hook-probe", "--threads", "1",
+                                        "--bw-probe-mib", "16"};
+
+std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(BenchCli, QuantJsonHasEveryField) {
+  const RunResult r = run(with(kFast, {"--quant", "fp32,w4a8,w8a8-static", "--json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_TRUE(j.contains("configs"));
+  const json& cs = j.at("configs");
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_EQ(cs[0].at("name"), "fp32");
+  EXPECT_EQ(cs[1].at("name"), "w4a8");
+  EXPECT_EQ(cs[2].at("name"), "w8a8-static");
+  EXPECT_NE(cs[1].at("config").get<std::string>().find("A8 dynamic per-token"), std::string::npos) << cs[1];
+  EXPECT_NE(cs[2].at("config").get<std::string>().find("static per-tensor"), std::string::npos) << cs[2];
+  for (const json& c : cs) {
+    for (const char* k : {"prefill_tokens_per_s", "decode_tokens_per_s", "decode_ms_per_token", "prefill_ratio_to_fp32",
+                          "decode_ratio_to_fp32", "decode_weight_bytes", "decode_achieved_gbs",
+                          "decode_bandwidth_fraction", "model_bytes", "peak_rss_bytes", "pack_seconds", "profile"})
+      EXPECT_TRUE(c.contains(k)) << "config " << c.at("name") << " lacks " << k;
+    EXPECT_GT(c.at("prefill_tokens_per_s").get<double>(), 0.0);
+    EXPECT_GT(c.at("decode_tokens_per_s").get<double>(), 0.0);
+    EXPECT_GT(c.at("model_bytes").get<int64_t>(), 0);
+    EXPECT_GT(c.at("peak_rss_bytes").get<int64_t>(), 0);
+    const json& p = c.at("profile");
+    for (const char* phase : {"prefill_ms", "decode_ms"})
+      for (const char* op : {"norms", "qkv", "rope", "attention", "o_proj", "gate_up", "silu", "down", "lm_head"}) {
+        ASSERT_TRUE(p.at(phase).contains(op)) << phase << " lacks " << op;
+        EXPECT_GE(p.at(phase).at(op).get<double>(), 0.0) << phase << " " << op;
+      }
+    EXPECT_GT(p.at("prefill_step_ms").get<double>(), 0.0);
+  }
+  EXPECT_DOUBLE_EQ(cs[0].at("prefill_ratio_to_fp32").get<double>(), 1.0);
+  // Packed weights are smaller than the fp model's bf16 ones (int4 codes: about a quarter).
+  EXPECT_LT(cs[1].at("decode_weight_bytes").get<int64_t>(), cs[0].at("decode_weight_bytes").get<int64_t>());
+  EXPECT_EQ(cs[0].at("profile").at("act_quant_est_prefill_ms").get<double>(), 0.0);  // nothing to quantize
+  EXPECT_GT(j.at("measured_read_gbs").get<double>(), 0.0);
+}
+
+// fp32 is the reference of every ratio: added when missing, always first.
+TEST(BenchCli, Fp32AlwaysRunsFirst) {
+  const RunResult r = run(with(kFast, {"--quant", "w4a4,fp32", "--no-profile", "--json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json cs = json::parse(r.out).at("configs");
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_EQ(cs[0].at("name"), "fp32");
+  EXPECT_EQ(cs[1].at("name"), "w4a4");
+  EXPECT_FALSE(cs[1].contains("profile"));
+
+  const RunResult r2 = run(with(kFast, {"--quant", "w8a8", "--no-profile", "--json"}));
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  const json cs2 = json::parse(r2.out).at("configs");
+  ASSERT_EQ(cs2.size(), 2u);
+  EXPECT_EQ(cs2[0].at("name"), "fp32");
+}
+
+TEST(BenchCli, TextTableAndProfile) {
+  const RunResult r = run(with(kFast, {"--quant", "fp32,w4a8"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  for (const char* s : {"x fp32", "per-op profile, prefill", "per-op profile, decode", "attn_in quant + q/k/v",
+                        "lm_head", "w4a8"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << "stdout lacks '" << s << "': " << r.out;
+  EXPECT_NE(r.err.find("bench: w4a8: packing"), std::string::npos) << r.err;  // progress on stderr
+}
+
+TEST(BenchCli, BadQuantNamesTheFlag) {
+  expect_error(run(with(kFast, {"--quant", "w3a8"})), {"--quant", "w3a8"});
+  expect_error(run(with(kFast, {"--quant", "fp32,,w4a8"})), {"--quant", "empty"});
+  expect_error(run(with(kFast, {"--quant", "w4a8,w4a8"})), {"--quant", "twice"});
+  // Parsed, but the kernels cannot run it: int8 weights are per output channel only.
+  expect_error(run(with(kFast, {"--quant", "w8a8-g128"})), {"--quant w8a8-g128", "int8 weights"});
+}
+
+}  // namespace
+}  // namespace sinkq

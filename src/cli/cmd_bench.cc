@@ -53,6 +53,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/runnable.h"
 #include "core/error.h"
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
@@ -60,6 +61,7 @@
 #include "model/model.h"
 #include "quant/quantizer.h"
 #include "quant/sim.h"
+#include "runtime/artifact.h"
 #include "runtime/packed_linear.h"
 
 namespace sinkq::cli {
@@ -467,9 +469,20 @@ void register_bench(CLI::App& app) {
     SINKQ_CHECK(o->decode >= 0, "--decode must be >= 0 (got {})", o->decode);
     SINKQ_CHECK(o->reps >= 1, "--reps must be >= 1 (got {})", o->reps);
     const std::vector<QuantChoice> choices = o->quant.empty() ? std::vector<QuantChoice>{} : parse_quant_list(o->quant);
-    std::shared_ptr<Model> model;
+    std::shared_ptr<const Model> model;
     std::string name = o->model;
-    if (!o->random.empty()) {
+    // -m may be a sinkq artifact: it is timed as it runs (packed linears and KV cache, online
+    // rotations, its prefix in front); it is already quantized, so --quant / --sim-preset do not apply.
+    std::optional<Runnable> art;
+    if (!o->model.empty() && runtime::is_artifact(o->model)) {
+      SINKQ_CHECK(choices.empty() && o->sim_preset.empty(),
+                  "-m {} is a sinkq artifact (already quantized): --quant and --sim-preset apply to a model directory "
+                  "or --random; bench the artifact alone, or its source model with --quant",
+                  o->model);
+      art = load_runnable(o->model);
+      model = art->model;
+      name = art->description;
+    } else if (!o->random.empty()) {
       const std::optional<DType> dt = o->dtype == "f32" ? DType::F32 : o->dtype == "bf16" ? DType::BF16 :
                                       o->dtype == "f16" ? std::optional(DType::F16) : std::nullopt;
       SINKQ_CHECK(dt.has_value(), "unknown --dtype '{}': expected f32, bf16 or f16", o->dtype);
@@ -487,6 +500,7 @@ void register_bench(CLI::App& app) {
     const Workload warm = make_workload(c.vocab_size, std::min<int64_t>(o->prefill, 8), 2, 1);
     const bool peak_resettable = reset_peak_rss();
     Forward fwd(model, ctx, /*max_batch=*/o->prefill);
+    if (art) art->attach(fwd);
     std::fprintf(stderr, "bench: %s, %d threads, %s kernels, lowbit %s\n", name.c_str(), num_threads(),
                  std::string(isa_name(active_isa())).c_str(), std::string(lowbit::kernel_isa_name()).c_str());
     run(fwd, warm);  // warm-up: page in weights, spin threads
@@ -494,9 +508,10 @@ void register_bench(CLI::App& app) {
     const Timing base = run(fwd, work);
     Timing hooked;
     if (!o->no_hook_probe) {
-      for (int s = 0; s < int(Site::Logits); ++s) fwd.hooks().add(Site(s), -1, [](SiteView&) {});
+      std::vector<int> probe;  // only these go again: an artifact's rotation hooks stay
+      for (int s = 0; s < int(Site::Logits); ++s) probe.push_back(fwd.hooks().add(Site(s), -1, [](SiteView&) {}));
       hooked = run(fwd, work);
-      fwd.hooks().clear();
+      for (int h : probe) fwd.hooks().remove(h);
     }
     Timing sim;
     std::string sim_desc;
@@ -506,14 +521,17 @@ void register_bench(CLI::App& app) {
       SINKQ_CHECK(sc.a.on() || sc.kv.on(), "--sim-preset {} quantizes no activations or KV: nothing to time",
                   o->sim_preset);
       sim_desc = sc.describe();
-      quant::attach(fwd, sc);
+      const std::vector<int> sim_hooks = quant::attach(fwd, sc);
       sim = run(fwd, work);
-      fwd.hooks().clear();
+      for (int h : sim_hooks) fwd.hooks().remove(h);
     }
-    // Decode reads every weight matrix once plus, per layer, the K and V rows so far (fp32).
+    // Decode reads every weight matrix once (packed linears: their codes, scales and zeros) plus,
+    // per layer, the K and V rows so far (fp32, or the packed store's bytes per row).
     const int64_t wbytes = model->decode_weight_bytes();
     const double avg_ctx = double(o->prefill) + double(o->decode) / 2;
-    const double kv_bytes = avg_ctx * double(c.num_layers) * 2.0 * c.kv_dim() * 4.0;
+    const double kv_row_bytes = fwd.kv_store() ? double(fwd.kv_bytes()) / double(fwd.kv_store()->capacity())
+                                               : double(c.num_layers) * 2.0 * c.kv_dim() * 4.0;
+    const double kv_bytes = avg_ctx * kv_row_bytes;
     auto gbs = [&](int64_t bytes, double ms) { return o->decode > 0 ? (double(bytes) + kv_bytes) / (ms * 1e-3) / 1e9 : 0.0; };
     const double achieved = gbs(wbytes, base.decode_ms);
 
@@ -581,7 +599,7 @@ void register_bench(CLI::App& app) {
         {"decode_achieved_gbs", achieved}, {"measured_read_gbs", measured},
         {"decode_bandwidth_fraction", measured > 0 ? achieved / measured : 0},
         {"hooked_prefill_tokens_per_s", hooked.prefill_tps}, {"hooked_decode_tokens_per_s", hooked.decode_tps},
-        {"kv_cache_bytes", fwd.cache().bytes()}, {"peak_rss_bytes", peak_rss}};
+        {"kv_cache_bytes", fwd.kv_bytes()}, {"artifact", art.has_value()}, {"peak_rss_bytes", peak_rss}};
     if (!o->sim_preset.empty())
       j["simulator"] = {{"preset", o->sim_preset}, {"config", sim_desc}, {"prefill_tokens_per_s", sim.prefill_tps},
                         {"decode_tokens_per_s", sim.decode_tps}};
@@ -625,7 +643,8 @@ void register_bench(CLI::App& app) {
     if (!o->sim_preset.empty())
       fmt::print("simulator hooks ({}): prefill x{:.3f}, decode x{:.3f} of the plain speed\n", sim_desc,
                  sim.prefill_tps / base.prefill_tps, o->decode ? sim.decode_tps / base.decode_tps : 1.0);
-    fmt::print("KV cache {:.1f} MB, peak RSS {:.1f} MB\n", double(fwd.cache().bytes()) / 1e6,
+    fmt::print("KV cache {:.1f} MB{}, peak RSS {:.1f} MB\n", double(fwd.kv_bytes()) / 1e6,
+               fwd.kv_store() ? " (" + fwd.kv_store()->describe() + ")" : std::string(),
                double(peak_rss) / 1e6);
     if (results.empty()) return;
     const Result& f = results.front();

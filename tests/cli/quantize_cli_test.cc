@@ -11,6 +11,7 @@
 
 #include "cli/cli_run.h"
 #include "core/mmap.h"
+#include "io/config.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -150,6 +151,18 @@ TEST(CliQuantize, ArtifactRunsInPplAndGenerate) {
   EXPECT_EQ(gj.at("runtime"), "packed");
   EXPECT_NE(gj.at("prompt_ids").at(0), 1) << "behind a [BOS] prefix the prompt gets no BOS of its own";
   EXPECT_EQ(gj.at("generated_ids").size(), 8u);
+
+  // bench times the artifact as it runs: packed KV store (int8: about a quarter of fp32's bytes).
+  const RunResult b = run({"bench", "-m", art, "--prefill", "16", "--decode", "4", "--reps", "1", "--json",
+                           "--bw-probe-mib", "16", "--no-hook-probe"});
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const json bj = json::parse(b.out);
+  EXPECT_TRUE(bj.at("artifact").get<bool>());
+  const ModelConfig mc = ModelConfig::load(stories() + "/config.json");
+  const double fp32_kv = 20.0 * mc.num_layers * 2 * mc.kv_dim() * 4;  // 20 rows of K and V, fp32
+  EXPECT_GT(bj.at("kv_cache_bytes").get<double>(), 0.2 * fp32_kv);
+  EXPECT_LT(bj.at("kv_cache_bytes").get<double>(), 0.5 * fp32_kv);
+  expect_error(run({"bench", "-m", art, "--quant", "fp32,w8a8"}), {"sinkq artifact", "--quant"});
 
   expect_error(run({"ppl", "-m", art, "-f", sample_text(), "--w-bits", "4"}), {"sinkq artifact", "--w-bits"});
   expect_error(run({"ppl", "-m", art, "-f", sample_text(), "--preset", "w8a8"}), {"sinkq artifact", "--preset"});

@@ -12,7 +12,10 @@
 // rotated model that is the rotated fp model WITH its online rotations (R3 rotates keys before
 // they are cached), so the prefix rows live in the same basis as the body's rows — `prepare`
 // registers those hooks on the Forward that computes the prefix. Quantization hooks must not be
-// registered there: the prefix is full precision by definition.
+// registered there: the prefix is full precision by definition. (One deliberate exception: the
+// "IntactKV off" baseline, quant/sim.h PrefixSim source Quant, computes it with the quantized
+// model and its hooks, to measure what the fp prefix buys.) A stored prefix (an artifact) comes
+// back through from_rows.
 #pragma once
 
 #include <cstdint>

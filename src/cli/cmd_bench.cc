@@ -63,6 +63,7 @@
 #include "quant/sim.h"
 #include "runtime/artifact.h"
 #include "runtime/packed_linear.h"
+#include "runtime/quantized_model.h"
 
 namespace sinkq::cli {
 namespace {
@@ -437,6 +438,7 @@ void register_bench(CLI::App& app) {
     std::string quant;
     bool no_profile = false;
     int64_t bw_probe_mib = 1024;
+    std::string fp_dtype = "auto";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode speed, bandwidth and memory of the forward pass");
@@ -457,6 +459,10 @@ void register_bench(CLI::App& app) {
                   "e.g. fp32,w8a8,w4a8,w4a4,w8a8-static,w4a4-static (-static: per-tensor activation scales "
                   "calibrated on one fp32 prefill of the same tokens)");
   cmd->add_flag("--no-profile", o->no_profile, "With --quant: skip the per-op profile pass");
+  cmd->add_option("--fp-dtype", o->fp_dtype,
+                  "With --quant: embeddings / lm_head of the packed configs, as 'sinkq quantize --fp-dtype' stores "
+                  "them: auto (the model's if 16-bit, else f16) | f32 | f16 | bf16")
+      ->capture_default_str();
   cmd->add_option("--bw-probe-mib", o->bw_probe_mib,
                   "Buffer of the memory read-bandwidth probe in MiB (well above the last-level cache)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
@@ -469,6 +475,8 @@ void register_bench(CLI::App& app) {
     SINKQ_CHECK(o->decode >= 0, "--decode must be >= 0 (got {})", o->decode);
     SINKQ_CHECK(o->reps >= 1, "--reps must be >= 1 (got {})", o->reps);
     const std::vector<QuantChoice> choices = o->quant.empty() ? std::vector<QuantChoice>{} : parse_quant_list(o->quant);
+    SINKQ_CHECK(o->fp_dtype == "auto" || o->fp_dtype == "f32" || o->fp_dtype == "f16" || o->fp_dtype == "bf16",
+                "unknown --fp-dtype '{}': expected auto, f32, f16 or bf16", o->fp_dtype);
     std::shared_ptr<const Model> model;
     std::string name = o->model;
     // -m may be a sinkq artifact: it is timed as it runs (packed linears and KV cache, online
@@ -568,6 +576,15 @@ void register_bench(CLI::App& app) {
         std::fprintf(stderr, "bench: %s: packing (%s)\n", q.name.c_str(), r.describe.c_str());
         const auto t0 = Clock::now();
         std::shared_ptr<const Model> packed = runtime::pack_model(model, cfg);
+        // Embeddings / lm_head as the artifact of this configuration would hold them.
+        const DType src_dt = model->weights().lm_head.dtype;
+        const DType fp_dt = o->fp_dtype == "f32"    ? DType::F32
+                            : o->fp_dtype == "f16"  ? DType::F16
+                            : o->fp_dtype == "bf16" ? DType::BF16
+                            : src_dt == DType::F32  ? DType::F16
+                                                    : src_dt;
+        packed = runtime::with_fp_dtype(packed, fp_dt);
+        r.describe += fmt::format(" | embeddings / lm_head {}", dtype_name(fp_dt));
         r.pack_s = secs(t0, Clock::now());
         {
           Forward qf(packed, ctx, /*max_batch=*/o->prefill);

@@ -170,6 +170,19 @@ Mat convert_mat(const Mat& m, DType dtype, ModelWeights& w) {
 
 }  // namespace
 
+std::shared_ptr<const Model> with_fp_dtype(std::shared_ptr<const Model> m, DType dtype) {
+  SINKQ_ASSERT(m != nullptr);
+  const ModelWeights& src = m->weights();
+  if (src.embed.dtype == dtype && src.lm_head.dtype == dtype) return m;
+  ModelWeights w;
+  w.final_norm = src.final_norm;
+  w.layers = src.layers;
+  const bool tied = src.lm_head.data == src.embed.data;
+  w.embed = convert_mat(src.embed, dtype, w);
+  w.lm_head = tied ? w.embed : convert_mat(src.lm_head, dtype, w);
+  return Model::with_weights(std::move(m), std::move(w));
+}
+
 QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions& opt) {
   SINKQ_ASSERT(sim.model != nullptr);
   QuantizedModel qm;

@@ -82,6 +82,11 @@ RuntimeConfig runtime_config(const quant::SimConfig& cfg, const std::vector<quan
 // calls before it loads a model. Throws as runtime_config.
 void check_runnable(const quant::SimConfig& cfg);
 
+// `m` with its embeddings and lm_head rounded to `dtype` (as an artifact of that --fp-dtype stores
+// them), everything else (packed linears included) shared with `m`, which the result keeps alive.
+// `m` itself when both already have that dtype.
+std::shared_ptr<const Model> with_fp_dtype(std::shared_ptr<const Model> m, DType dtype);
+
 // SimModel -> QuantizedModel (see the top of this file). Throws sinkq::Error for configurations
 // the kernels cannot run, naming the part and why.
 QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions& opt = {});

@@ -94,6 +94,22 @@ TEST(BenchCli, BadQuantNamesTheFlag) {
   expect_error(run(with(kFast, {"--quant", "w4a8,w4a8"})), {"--quant", "twice"});
   // Parsed, but the kernels cannot run it: int8 weights are per output channel only.
   expect_error(run(with(kFast, {"--quant", "w8a8-g128"})), {"--quant w8a8-g128", "int8 weights"});
+  expect_error(run(with(kFast, {"--quant", "fp32,w4a8", "--fp-dtype", "f8"})), {"--fp-dtype", "f8"});
+}
+
+// --fp-dtype: the packed configs' lm_head as the artifact stores it; auto keeps the bf16 source,
+// f32 widens it, and a decode step then reads exactly vocab × hidden × 2 more bytes (256 × 64 × 2).
+TEST(BenchCli, FpDtypeOfThePackedLmHead) {
+  auto w4a8 = [](const std::string& fp) {
+    const RunResult r = run(with(kFast, {"--quant", "fp32,w4a8", "--no-profile", "--json", "--fp-dtype", fp}));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r.rc == 0 ? json::parse(r.out).at("configs").at(1) : json::object();
+  };
+  const json a = w4a8("auto"), f = w4a8("f32");
+  ASSERT_TRUE(a.contains("config") && f.contains("config"));
+  EXPECT_NE(a.at("config").get<std::string>().find("lm_head BF16"), std::string::npos) << a.at("config");
+  EXPECT_NE(f.at("config").get<std::string>().find("lm_head F32"), std::string::npos) << f.at("config");
+  EXPECT_EQ(f.at("decode_weight_bytes").get<int64_t>() - a.at("decode_weight_bytes").get<int64_t>(), 256 * 64 * 2);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "quant/rotate.h"
 #include "quant/sim.h"
+#include "runtime/runtime_models.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
@@ -30,31 +31,10 @@ using ::testing::HasSubstr;
 using nlohmann::json;
 using testing::error_of;
 
-std::string model_dir(const char* name) { return testing::shared_dir() + "/models/" + name; }
-std::shared_ptr<const Model> load(const char* name) {
-  static std::map<std::string, std::shared_ptr<const Model>> cache;
-  auto& m = cache[name];
-  if (!m) m = Model::load(model_dir(name));
-  return m;
-}
-// Qwen2 with biases, untied, on a temp dir with stories260K's tokenizer (vocab 512).
-const std::string& tiny_dir() {
-  static testing::TempDir dir;
-  static const bool made = [] {
-    testing::TinyModelSpec s;
-    s.architecture = "Qwen2ForCausalLM";
-    s.hidden = 128;
-    s.intermediate = 192;
-    s.heads = 4;
-    s.kv_heads = 2;
-    s.qkv_bias = true;
-    s.init_scale = 0.15f;
-    testing::write_tiny_model(dir.path(), s);
-    return true;
-  }();
-  (void)made;
-  return dir.path();
-}
+std::string model_dir(const char* name) { return testmodels::shared_model_dir(name); }
+std::shared_ptr<const Model> load(const char* name) { return testmodels::shared_model(name); }
+// Qwen2 with biases, untied, stories260K's tokenizer linked in (runtime_models.h).
+const std::string& tiny_dir() { return testmodels::tiny_qwen2_dir(); }
 
 std::vector<int32_t> prompt(int n, int salt = 0) {
   std::vector<int32_t> t{1};

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "quant/sim.h"
+#include "runtime/runtime_models.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
@@ -24,14 +25,8 @@ namespace {
 using ::testing::HasSubstr;
 using testing::error_of;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
-std::shared_ptr<const Model> mixtext() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/mixtext-2.5M");
-  return m;
-}
+using testmodels::mixtext;
+using testmodels::stories;
 // Llama GQA 4:2 with head_dim 16 (one AVX-512 vector, two AVX2 ones).
 std::shared_ptr<const Model> tiny() {
   static const std::shared_ptr<const Model> m = [] {

@@ -18,6 +18,7 @@
 
 #include "quant/rotate.h"
 #include "quant/sim.h"
+#include "runtime/runtime_models.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
@@ -26,30 +27,9 @@ namespace {
 using ::testing::HasSubstr;
 using testing::error_of;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
-// Llama with hidden 128 and intermediate 192: g128 has whole groups (q/k/v/o, gate/up) and a
-// ragged 64-column tail (down_proj); rotatable (128 = 2^7, 192 = 2^6·3).
-std::shared_ptr<const Model> tiny() {
-  static const std::shared_ptr<const Model> m = [] {
-    static testing::TempDir dir;
-    testing::TinyModelSpec s;
-    s.architecture = "Qwen2ForCausalLM";
-    s.hidden = 128;
-    s.intermediate = 192;
-    s.heads = 4;
-    s.kv_heads = 2;
-    s.layers = 2;
-    s.qkv_bias = true;
-    s.init_scale = 0.15f;
-    s.link_tokenizer = false;
-    testing::write_tiny_model(dir.path(), s);
-    return Model::load(dir.path());
-  }();
-  return m;
-}
+using testmodels::stories;
+// Qwen2 with biases, hidden 128 / intermediate 192 (runtime_models.h): whole g128 groups, a ragged tail.
+inline std::shared_ptr<const Model> tiny() { return testmodels::tiny_qwen2(); }
 
 std::vector<int32_t> prompt(int n, int salt = 0) {
   std::vector<int32_t> t{1};

@@ -16,6 +16,7 @@
 
 #include "kernels/ops.h"
 #include "quant/sim.h"
+#include "runtime/runtime_models.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
@@ -24,34 +25,9 @@ namespace {
 using ::testing::HasSubstr;
 using testing::error_of;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
-std::shared_ptr<const Model> mixtext() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/mixtext-2.5M");
-  return m;
-}
-// Qwen2 with q/k/v biases; hidden 128 and intermediate 192 so that g128 has whole groups (q/k/v/o,
-// gate/up) and a ragged 64-column tail (down_proj), g64 and g32 divide everything.
-std::shared_ptr<const Model> tiny_qwen2() {
-  static const std::shared_ptr<const Model> m = [] {
-    static testing::TempDir dir;
-    testing::TinyModelSpec s;
-    s.architecture = "Qwen2ForCausalLM";
-    s.hidden = 128;
-    s.intermediate = 192;
-    s.heads = 4;
-    s.kv_heads = 2;
-    s.layers = 2;
-    s.qkv_bias = true;
-    s.init_scale = 0.15f;
-    s.link_tokenizer = false;
-    testing::write_tiny_model(dir.path(), s);
-    return Model::load(dir.path());
-  }();
-  return m;
-}
+using testmodels::mixtext;
+using testmodels::stories;
+using testmodels::tiny_qwen2;
 
 struct NamedModel {
   const char* name;

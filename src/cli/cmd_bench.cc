@@ -7,7 +7,7 @@
 // activation-site mechanism (a no-op observer at every site vs none); peak memory. Medians over
 // repetitions, everything in one run so ratios compare like with like.
 //
-// --quant fp32,w8a8,w4a8,... runs the same workload on packed low-bit models (runtime::pack_model:
+// --quant fp32,w8a8,w4a8,w4a8kv4,... runs the same workload on packed low-bit models (runtime::pack_model:
 // real int8 / int4 linears on the lowbit kernels) side by side with the fp32 engine, and adds a
 // per-op profile of every configuration. Names: `fp32` (the model as loaded: fp32 compute on its
 // weight dtype) or w{8|4}a{8|4}[-g{32|64|128}][-asym][-static]:
@@ -126,23 +126,32 @@ struct QuantChoice {
   std::string name;
   bool fp = true;               // the model as loaded
   runtime::RuntimeConfig cfg;   // !fp
+  int kv_bits = 16;             // 8 / 4: the packed KV cache (dynamic per head), 16: fp32 cache
 };
+
+// KV bytes a decode step reads per cached token (every layer, K and V): the packed store's, or fp32.
+double kv_row_bytes_of(const Forward& f) {
+  const ModelConfig& c = f.model().config();
+  return f.kv_store() ? double(f.kv_bytes()) / double(f.kv_store()->capacity())
+                      : double(c.num_layers) * 2.0 * double(c.kv_dim()) * 4.0;
+}
 
 QuantChoice parse_quant(const std::string& name) {
   QuantChoice q;
   q.name = name;
   if (name == "fp32") return q;
-  static const std::regex re("w(8|4)a(8|4)(-g(32|64|128))?(-asym)?(-static)?");
+  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?");
   std::smatch m;
   SINKQ_CHECK(std::regex_match(name, m, re),
-              "--quant: unknown configuration '{}': expected fp32 or w{{8|4}}a{{8|4}}[-g{{32|64|128}}][-asym][-static] "
-              "(e.g. w8a8, w4a8, w4a8-g128, w4a4-static)", name);
+              "--quant: unknown configuration '{}': expected fp32 or w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym]"
+              "[-static] (e.g. w8a8, w4a8, w4a8kv4, w4a8-g128, w4a4-static)", name);
   q.fp = false;
   q.cfg.w.bits = std::stoi(m[1]);
   q.cfg.a.bits = std::stoi(m[2]);
-  q.cfg.w.group = m[4].matched ? std::stoi(m[4]) : 0;
-  q.cfg.w.symmetric = !m[5].matched;
-  q.cfg.a.mode = m[6].matched ? runtime::ActMode::Static : runtime::ActMode::Dynamic;
+  q.kv_bits = m[4].matched ? std::stoi(m[4]) : 16;
+  q.cfg.w.group = m[6].matched ? std::stoi(m[6]) : 0;
+  q.cfg.w.symmetric = !m[7].matched;
+  q.cfg.a.mode = m[8].matched ? runtime::ActMode::Static : runtime::ActMode::Dynamic;
   try {
     runtime::RuntimeConfig check = q.cfg;
     check.a.scales.clear();
@@ -403,6 +412,7 @@ struct Result {
   int64_t decode_weight_bytes = 0, model_bytes = 0, peak_rss = 0;
   double pack_s = 0, calib_s = 0;
   double achieved_gbs = 0;
+  double kv_row_bytes = 0;  // KV bytes per cached token (all layers, K and V)
 };
 
 // Weight bytes of a decode step (linears + lm_head) and of the whole model (+ embeddings, norms).
@@ -537,11 +547,10 @@ void register_bench(CLI::App& app) {
     // per layer, the K and V rows so far (fp32, or the packed store's bytes per row).
     const int64_t wbytes = model->decode_weight_bytes();
     const double avg_ctx = double(o->prefill) + double(o->decode) / 2;
-    const double kv_row_bytes = fwd.kv_store() ? double(fwd.kv_bytes()) / double(fwd.kv_store()->capacity())
-                                               : double(c.num_layers) * 2.0 * c.kv_dim() * 4.0;
-    const double kv_bytes = avg_ctx * kv_row_bytes;
-    auto gbs = [&](int64_t bytes, double ms) { return o->decode > 0 ? (double(bytes) + kv_bytes) / (ms * 1e-3) / 1e9 : 0.0; };
-    const double achieved = gbs(wbytes, base.decode_ms);
+    auto gbs = [&](int64_t bytes, double kv_row, double ms) {
+      return o->decode > 0 ? (double(bytes) + avg_ctx * kv_row) / (ms * 1e-3) / 1e9 : 0.0;
+    };
+    const double achieved = gbs(wbytes, kv_row_bytes_of(fwd), base.decode_ms);
 
     // --quant: every configuration on the same workload, fp32 first.
     std::vector<Result> results;
@@ -588,6 +597,13 @@ void register_bench(CLI::App& app) {
         r.pack_s = secs(t0, Clock::now());
         {
           Forward qf(packed, ctx, /*max_batch=*/o->prefill);
+          if (q.kv_bits != 16) {
+            runtime::KvScheme ks;  // dynamic per (token, kv head), symmetric: no calibration needed
+            ks.bits = q.kv_bits;
+            runtime::attach_packed_kv(qf, ks);
+            r.describe += " | " + ks.describe();
+          }
+          r.kv_row_bytes = kv_row_bytes_of(qf);
           run(qf, warm);
           std::fprintf(stderr, "bench: %s: timing\n", q.name.c_str());
           r.t = run(qf, work);
@@ -599,7 +615,8 @@ void register_bench(CLI::App& app) {
         weight_bytes(*packed, r.decode_weight_bytes, r.model_bytes);
         r.peak_rss = proc_status_bytes("VmHWM:");
       }
-      r.achieved_gbs = gbs(r.decode_weight_bytes, r.t.decode_ms);
+      if (q.fp) r.kv_row_bytes = kv_row_bytes_of(fwd);
+      r.achieved_gbs = gbs(r.decode_weight_bytes, r.kv_row_bytes, r.t.decode_ms);
       results.push_back(std::move(r));
     }
 
@@ -633,6 +650,7 @@ void register_bench(CLI::App& app) {
             {"decode_weight_bytes", r.decode_weight_bytes}, {"decode_achieved_gbs", r.achieved_gbs},
             {"decode_bandwidth_fraction", measured > 0 ? r.achieved_gbs / measured : 0},
             {"model_bytes", r.model_bytes}, {"peak_rss_bytes", r.peak_rss},
+            {"kv_bytes_per_token", r.kv_row_bytes},
             {"pack_seconds", r.pack_s}, {"calibration_seconds", r.calib_s}};
         if (!o->no_profile) e["profile"] = profile_json(r.prof, o->decode > 0);
         arr.push_back(e);

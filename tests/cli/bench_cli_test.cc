@@ -97,6 +97,21 @@ TEST(BenchCli, BadQuantNamesTheFlag) {
   expect_error(run(with(kFast, {"--quant", "fp32,w4a8", "--fp-dtype", "f8"})), {"--fp-dtype", "f8"});
 }
 
+// kv8 / kv4: the packed KV cache in the timed Forward. A cached token then costs, per layer, K and
+// V codes (kv_dim bytes at int8, half at int4) plus one fp32 scale per KV head each — `--random
+// tiny`: 2 layers, kv_dim 32, 2 KV heads; fp32: 2·2·32·4 = 512 bytes.
+TEST(BenchCli, PackedKvConfigs) {
+  const RunResult r = run(with(kFast, {"--quant", "fp32,w4a8kv8,w4a8kv4", "--no-profile", "--json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json cs = json::parse(r.out).at("configs");
+  ASSERT_EQ(cs.size(), 3u);
+  EXPECT_EQ(cs[0].at("kv_bytes_per_token").get<double>(), 2 * 2 * 32 * 4);
+  EXPECT_EQ(cs[1].at("kv_bytes_per_token").get<double>(), 2 * 2 * (32 + 2 * 4));
+  EXPECT_EQ(cs[2].at("kv_bytes_per_token").get<double>(), 2 * 2 * (16 + 2 * 4));
+  EXPECT_NE(cs[2].at("config").get<std::string>().find("KV4 dynamic per-head"), std::string::npos) << cs[2];
+  expect_error(run(with(kFast, {"--quant", "w4a8kv3"})), {"--quant", "w4a8kv3"});
+}
+
 // --fp-dtype: the packed configs' lm_head as the artifact stores it; auto keeps the bf16 source,
 // f32 widens it, and a decode step then reads exactly vocab × hidden × 2 more bytes (256 × 64 × 2).
 TEST(BenchCli, FpDtypeOfThePackedLmHead) {

@@ -10,15 +10,18 @@
 // --quant fp32,w8a8,w4a8,w4a8kv4,... runs the same workload on packed low-bit models (runtime::pack_model:
 // real int8 / int4 linears on the lowbit kernels) side by side with the fp32 engine, and adds a
 // per-op profile of every configuration. Names: `fp32` (the model as loaded: fp32 compute on its
-// weight dtype) or w{8|4}a{8|4}[-g{32|64|128}][-asym][-static]:
+// weight dtype) or w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static]:
 //   w8 / w4    int8 / int4 weights, one scale per output channel, or per group of 32/64/128 input
 //              columns (-gN; 4-bit only), symmetric or asymmetric (-asym, 4-bit groups only)
 //   a8 / a4    int8 / int4 activations at the inputs of q/k/v, o, gate/up and down: dynamic per-token
 //              scales, or static per-tensor ones (-static), calibrated with quant::Calibrator (plain
 //              abs-max, clip 1) on the activations of one fp32 prefill of the same synthetic tokens
 //              (sites attn_in, o_in, mlp_in, down_in of every layer)
-// Embeddings, lm_head, norms, RoPE, attention and the KV cache stay as in the fp32 model (as
-// runtime::pack_model leaves them). The fp32 configuration always runs (first): ratios are to it.
+//   kv8 / kv4  the packed int8 / int4 KV cache (runtime/packed_kv.h), dynamic per (token, KV head);
+//              without it the KV cache stays fp32
+// Embeddings and lm_head are held as `sinkq quantize --fp-dtype` would store them (--fp-dtype,
+// default auto: f16 for an fp32 source); norms, RoPE and attention stay fp32. The fp32
+// configuration always runs (first): ratios are to it.
 //
 // Per-op profile: a timestamp at every activation site (model/sites.h). The sites fire between
 // the ops of Forward::layer, so consecutive stamps bracket them:

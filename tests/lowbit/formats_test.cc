@@ -16,6 +16,7 @@
 namespace sinkq::lowbit {
 namespace {
 
+using testing::bit_equal;
 using ::testing::HasSubstr;
 using sinkq::testing::error_of;
 
@@ -33,10 +34,6 @@ std::vector<float> outlier_data(std::mt19937_64& rng, int64_t rows, int64_t cols
 std::vector<int64_t> cols_for(const FormatTraits& t) {
   if (t.group > 0) return {t.group, 3 * t.group, 7 * t.group};
   return {1, 2, 7, 33, 100, 257};
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 TEST(Formats, TableLookupAndNames) {

@@ -22,6 +22,7 @@
 namespace sinkq::lowbit {
 namespace {
 
+using testing::bit_equal;
 using ::testing::HasSubstr;
 using ktest::gamma;
 using sinkq::testing::error_of;
@@ -84,10 +85,6 @@ Case make_case(std::mt19937_64& rng, PackedFormat wf, PackedFormat xf, int64_t T
   c.what = std::string(traits(wf).name) + " x " + std::string(traits(xf).name) + " T=" + std::to_string(T) +
            " N=" + std::to_string(N) + " K=" + std::to_string(K);
   return c;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 // Every ISA (and the scalar table) equals ref::gemm bit for bit: the integer sums are exact and

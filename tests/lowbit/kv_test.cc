@@ -21,6 +21,7 @@
 namespace sinkq::lowbit {
 namespace {
 
+using testing::bit_equal;
 using ::testing::HasSubstr;
 using sinkq::testing::error_of;
 
@@ -52,10 +53,6 @@ std::vector<float> kv_data(std::mt19937_64& rng, int64_t n, int kv_heads, int D)
         v[size_t((i * kv_heads + h) * D + j)] = x;
       }
   return v;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 TEST(KvFormats, TableAndLookup) {

@@ -13,11 +13,14 @@
 #include <map>
 #include <random>
 
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::quant {
 namespace {
 
+using testing::logits_of;
+using testing::bit_equal;
 using testing::error_of;
 
 std::shared_ptr<const Model> stories() {
@@ -30,16 +33,6 @@ std::vector<int32_t> tokens(int n, int salt = 0) {
   std::vector<int32_t> t{1};
   for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
   return t;
-}
-
-std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
-  f.reset();
-  const auto l = f.step(toks, true);
-  return {l.begin(), l.end()};
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint64_t seed, float scale = 1.0f) {

@@ -15,11 +15,13 @@
 #include <map>
 #include <string>
 
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::quant {
 namespace {
 
+using testing::prompt;
 using testing::error_of;
 
 const RotateConfig kRot{true, 42};
@@ -85,13 +87,6 @@ std::shared_ptr<const Model> model_by_name(const std::string& name) {
   }
   ADD_FAILURE() << "unknown model " << name;
   return nullptr;
-}
-
-// A fixed prompt of ordinary token ids (vocab 512 everywhere here, BOS = 1).
-std::vector<int32_t> prompt(int n) {
-  std::vector<int32_t> t{1};
-  for (int i = 1; i < n; ++i) t.push_back(static_cast<int32_t>(3 + (i * 37) % 500));
-  return t;
 }
 
 std::vector<float> prefill_logits(Forward& f, const std::vector<int32_t>& toks) {

@@ -12,11 +12,14 @@
 #include "quant/calibrate.h"
 #include "quant/sim.h"
 #include "util/planted.h"
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::quant {
 namespace {
 
+using testing::logits_of;
+using testing::rel_diff;
 using testing::error_of;
 
 constexpr int32_t kBos = 1;  // stories260K's BOS (the planted model links its tokenizer)
@@ -50,21 +53,6 @@ std::vector<std::vector<int32_t>> samples(int n, int len, uint64_t seed = 5) {
     out.push_back(x);
   }
   return out;
-}
-
-std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
-  f.reset();
-  const auto l = f.step(toks, true);
-  return {l.begin(), l.end()};
-}
-
-// max |a − b| / max |b|.
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0, m = 0;
-  for (size_t k = 0; k < a.size() && k < b.size(); ++k)
-    d = std::max(d, double(std::abs(a[k] - b[k]))), m = std::max(m, double(std::abs(b[k])));
-  return d / m;
 }
 
 // Static per-tensor A8 (plain max calibration, clip 1), nothing else.

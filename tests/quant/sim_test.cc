@@ -8,11 +8,15 @@
 #include <cstring>
 #include <set>
 
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::quant {
 namespace {
 
+using testing::prompt;
+using testing::logits_of;
+using testing::bit_equal;
 using testing::error_of;
 
 std::shared_ptr<const Model> stories() {
@@ -20,27 +24,10 @@ std::shared_ptr<const Model> stories() {
   return m;
 }
 
-// A fixed prompt of ordinary token ids (stories260K vocab 512, BOS = 1).
-std::vector<int32_t> prompt(int n) {
-  std::vector<int32_t> t{1};
-  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37) % 500));
-  return t;
-}
-
-std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
-  f.reset();
-  const auto l = f.step(toks, true);
-  return {l.begin(), l.end()};
-}
-
 std::vector<float> widened(const Mat& m) {
   std::vector<float> v(size_t(m.rows * m.cols));
   to_f32(m.dtype, m.data, v.data(), v.size());
   return v;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 TEST(SimConfig, PresetsAndJson) {

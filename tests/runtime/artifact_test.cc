@@ -21,10 +21,14 @@
 #include "quant/rotate.h"
 #include "quant/sim.h"
 #include "runtime/runtime_models.h"
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
 namespace {
+
+using testing::prompt;
+using testing::bit_equal;
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
@@ -36,11 +40,6 @@ std::shared_ptr<const Model> load(const char* name) { return testmodels::shared_
 // Qwen2 with biases, untied, stories260K's tokenizer linked in (runtime_models.h).
 const std::string& tiny_dir() { return testmodels::tiny_qwen2_dir(); }
 
-std::vector<int32_t> prompt(int n, int salt = 0) {
-  std::vector<int32_t> t{1};
-  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
-  return t;
-}
 constexpr int kTokens = 40;
 
 std::vector<float> logits(const QuantizedModel& qm, const std::vector<int32_t>& toks) {
@@ -48,9 +47,6 @@ std::vector<float> logits(const QuantizedModel& qm, const std::vector<int32_t>& 
   qm.attach(f);
   const auto l = f.step(toks, true);
   return {l.begin(), l.end()};
-}
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 QuantizedModel quantize(std::shared_ptr<const Model> base, quant::SimConfig c, std::optional<DType> fp = {}) {

@@ -19,11 +19,16 @@
 #include "quant/rotate.h"
 #include "quant/sim.h"
 #include "runtime/runtime_models.h"
+#include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::runtime {
 namespace {
 
+using testing::prompt;
+using testing::logits_of;
+using testing::bit_equal;
+using testing::rel_diff;
 using ::testing::HasSubstr;
 using testing::error_of;
 
@@ -31,30 +36,7 @@ using testmodels::stories;
 // Qwen2 with biases, hidden 128 / intermediate 192 (runtime_models.h): whole g128 groups, a ragged tail.
 inline std::shared_ptr<const Model> tiny() { return testmodels::tiny_qwen2(); }
 
-std::vector<int32_t> prompt(int n, int salt = 0) {
-  std::vector<int32_t> t{1};
-  for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
-  return t;
-}
 constexpr int kTokens = 48;
-
-std::vector<float> logits_of(Forward& f, const std::vector<int32_t>& toks) {
-  f.reset();
-  const auto l = f.step(toks, true);
-  return {l.begin(), l.end()};
-}
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double d = 0.0, m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
-    m = std::max(m, std::fabs(double(b[i])));
-  }
-  return d / m;
-}
 
 // ---- exact re-packing of fake-quantized weights -------------------------------------------
 

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
@@ -96,5 +99,20 @@ std::string xml_wellformedness_error(std::string_view doc);
 // Bytes of a hand-made safetensors file: u64 LE header.size(), header verbatim (no padding, no
 // validation), data. For crafting malformed files; tamper with the result as needed.
 std::string raw_safetensors(std::string_view header, std::string_view data = {});
+
+// a and b hold the same floats bit for bit (same size, memcmp).
+inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+// max |a - b| / max |b| (in double; the sizes must agree).
+inline double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0.0, m = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    d = std::max(d, std::fabs(double(a[i]) - double(b[i])));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return d / m;
+}
 
 }  // namespace sinkq::testing

@@ -11,7 +11,6 @@
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
 #include "cli/runnable.h"
-#include "runtime/artifact.h"
 #include "eval/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -46,16 +45,8 @@ void register_generate(CLI::App& app) {
     SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
     // -m: a model directory (simulated quantization from the flags) or a sinkq artifact (the packed
     // runtime with its stored prefix; quantization flags do not apply to it).
-    const bool artifact = runtime::is_artifact(o->model);
-    if (artifact) {
-      const std::string g = qf->first_given();
-      SINKQ_CHECK(g.empty(),
-                  "-m {} is a sinkq artifact (already quantized), so {} does not apply: quantization flags go to "
-                  "'sinkq quantize', or to 'sinkq generate' on the source model",
-                  o->model, g);
-    } else {
-      qf->config();  // bad quantization / prefix flags fail before anything is loaded
-    }
+    const bool artifact = qf->model_is_artifact(o->model, "generate");
+    if (!artifact) qf->config();  // bad quantization / prefix flags fail before anything is loaded
     std::optional<Runnable> run;
     std::optional<QuantPipeline> qp;
     std::shared_ptr<const Model> model, run_model;

@@ -26,7 +26,6 @@
 #include "eval/ppl.h"
 #include "eval/prefix.h"
 #include "quant/sim.h"
-#include "runtime/artifact.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
@@ -59,14 +58,7 @@ void register_ppl(CLI::App& app) {
     if (!o->protocol.empty()) parse_ppl_protocol(o->protocol);  // unknown value: error naming --protocol
     // -m is a model directory (simulated quantization from the flags) or a sinkq artifact (the
     // packed runtime: real low-bit kernels, its own prefix; quantization flags do not apply).
-    const bool artifact = runtime::is_artifact(o->model);
-    if (artifact) {
-      const std::string g = qf->first_given();
-      SINKQ_CHECK(g.empty(),
-                  "-m {} is a sinkq artifact (already quantized), so {} does not apply: quantization flags go to "
-                  "'sinkq quantize', or to 'sinkq ppl' on the source model",
-                  o->model, g);
-    }
+    const bool artifact = qf->model_is_artifact(o->model, "ppl");
     const quant::SimConfig pre = artifact ? quant::SimConfig{} : qf->config();  // bad flags fail fast
     std::optional<Runnable> run;
     if (artifact) run = load_runnable(o->model);

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "eval/prefix.h"
+#include "runtime/artifact.h"
 
 namespace sinkq::cli {
 
@@ -76,6 +77,16 @@ std::string QuantFlags::first_given() const {
   for (const CLI::Option* o : all)
     if (was_given(o)) return o->get_name();
   return "";
+}
+
+bool QuantFlags::model_is_artifact(const std::string& dir, std::string_view command) const {
+  if (!runtime::is_artifact(dir)) return false;
+  const std::string g = first_given();
+  SINKQ_CHECK(g.empty(),
+              "-m {} is a sinkq artifact (already quantized), so {} does not apply: quantization flags go to "
+              "'sinkq quantize', or to 'sinkq {}' on the source model",
+              dir, g, command);
+  return true;
 }
 
 quant::SimConfig QuantFlags::config() const {

@@ -63,6 +63,10 @@ struct QuantFlags {
   // The name of the first flag above that was given ("--preset", "--w-bits", ...), "" for none:
   // a sinkq artifact is already quantized, so commands refuse these flags on one.
   std::string first_given() const;
+  // Whether -m `dir` is a sinkq artifact (runtime/artifact.h); if so, no flag above may be given
+  // (sinkq::Error naming the first one, and where it belongs: 'sinkq quantize' or `command` on
+  // the source model).
+  bool model_is_artifact(const std::string& dir, std::string_view command) const;
 };
 
 // Declares every flag above on cmd and returns the struct they write into.

@@ -68,6 +68,7 @@ int64_t widen_block_rows(int64_t in) {
 // y[:, r0:r1) = x[T, in] · Wf[r0:r1, in]^T with Wf fp32 (row stride in), y row stride ldy.
 void sgemm_rows(const float* x, int64_t T, const float* Wf, int64_t nrows, int64_t in, float* y,
                 int64_t ldy) {
+  blas_single_threaded();
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nrows), int(in), 1.0f, x,
               int(in), Wf, int(in), 0.0f, y, int(ldy));
 }

@@ -102,5 +102,8 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
 // SINKQ_THREADS from the environment.
 int num_threads();
 void set_num_threads(int n);
+// Pins OpenBLAS to one thread (once; idempotent). Every sgemm call site calls it first: the results of
+// OpenBLAS's threaded driver depend on its partition (AVX2 hosts), sinkq's must not.
+void blas_single_threaded();
 
 }  // namespace sinkq

@@ -56,7 +56,20 @@ void init_blas() {
   std::call_once(g_blas_once, [] { openblas_set_num_threads(1); });
 }
 
+// OpenBLAS is made single-threaded when this library is loaded, before any sgemm can run. It used
+// to happen on the first num_threads() call, which small ops skip (threads_for returns 1 without
+// asking): a model whose ops were all small ran its first sgemm calls on OpenBLAS's own threads.
+// On Haswell-class kernels (AVX2 hosts) the threaded driver partitions the output differently and
+// the edge kernels round differently, so the same product gave other bits before and after the
+// first large op — and, called from two OpenMP threads at once, other bits depending on which call
+// found OpenBLAS's pool free (issue 11: StaticQuant.EqualsDynamicPerTensor… on every AVX2 run,
+// Sim.* bit-identity under load). blas_single_threaded() is also called before every sgemm, so no
+// static-initialisation order can let one through.
+[[maybe_unused]] const bool g_blas_at_load = (init_blas(), true);
+
 }  // namespace
+
+void blas_single_threaded() { init_blas(); }
 
 int num_threads() {
   int n = g_threads.load(std::memory_order_relaxed);

@@ -1,11 +1,31 @@
 // sinkq — command line entry point. Every subcommand lives in its own cmd_*.cc.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "cli/commands.h"
 #include "core/error.h"
 
+namespace {
+
+// OpenMP threads wait passively (sleep on a futex at the end of a parallel region) unless the user
+// chose a policy. libgomp's default spins for ~0.3 ms first; on a shared 2-core machine a spinning
+// worker takes the core the other one needs, and `sinkq ppl` with 2 threads ran 3x slower than with
+// 1 thread beside one busy process (passive: 1.08x; BENCHMARKS.md "Threads on a shared machine").
+// libgomp reads OMP_WAIT_POLICY when it is loaded, before main, so the first start sets the
+// variable and re-executes itself once; set OMP_WAIT_POLICY yourself (e.g. active) to skip this.
+void use_passive_omp_wait(char** argv) {
+  if (std::getenv("OMP_WAIT_POLICY")) return;
+  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  ::execv("/proc/self/exe", argv);  // returns only on failure (no /proc): run on as we are
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  use_passive_omp_wait(argv);
   CLI::App app{"sinkq: outlier-aware low-bit quantization and inference of LLMs", "sinkq"};
   app.set_version_flag("--version", std::string("sinkq ") + SINKQ_VERSION);
   app.require_subcommand(1);

@@ -17,7 +17,10 @@ namespace sinkq {
 MappedFile MappedFile::open(const std::string& path) {
   MappedFile m;
   m.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears (a named
+  // pipe given as a model file hung `sinkq ppl`); the S_ISREG check below then refuses it. The flag
+  // does nothing to regular files.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -62,8 +65,9 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
 
 std::string read_file(const std::string& path) {
   // open(2) + fstat first: std::ifstream "opens" a directory and then reads nothing, which would
-  // turn `read_file("some/dir")` into a silent empty string.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // turn `read_file("some/dir")` into a silent empty string. O_NONBLOCK so that a FIFO is refused
+  // by the check below instead of blocking the open (no effect on regular files).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) fail("cannot open '{}': {}", path, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

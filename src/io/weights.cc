@@ -25,6 +25,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/gguf.h"
 
 namespace sinkq {
 
@@ -175,9 +176,10 @@ int64_t ModelWeights::parameter_count() const {
 }
 
 ModelFiles ModelFiles::load(const std::string& dir) {
+  if (GgufFile::looks_like_gguf(dir)) return load_gguf(dir);
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("model directory '{}' does not exist", dir);
-  if (!fs::is_directory(dir, ec)) fail("model path '{}' is not a directory", dir);
+  if (!fs::is_directory(dir, ec)) fail("model path '{}' is neither a directory nor a GGUF file", dir);
   const std::string cfg_path = dir + "/config.json";
   if (!fs::exists(cfg_path, ec)) fail("model directory '{}' has no config.json", dir);
   ModelFiles m;

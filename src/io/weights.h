@@ -82,12 +82,20 @@ struct ModelWeights {
   int64_t parameter_count() const;         // counts lm_head once when tied
 };
 
-// A model directory: config + weights (tokenizer is separate: tokenizer/tokenizer.h).
+// A model directory or a GGUF file: config + weights (tokenizer is separate: tokenizer/tokenizer.h).
 struct ModelFiles {
-  std::string dir;
+  std::string dir;  // the directory, or the GGUF file's path
   ModelConfig config;
   ModelWeights weights;
-  static ModelFiles load(const std::string& dir);  // dir/config.json + safetensors
+  // dir/config.json + safetensors; a path to a GGUF file (magic "GGUF") goes to load_gguf.
+  static ModelFiles load(const std::string& dir);
+  // A GGUF file (io/gguf_model.cc): config from its metadata, every tensor dequantized to fp32,
+  // q/k rows un-permuted to the HF layout.
+  static ModelFiles load_gguf(const std::string& path);
 };
+
+class GgufFile;
+// The HF-equivalent config of a GGUF file's `{arch}.*` metadata, validated by ModelConfig::from_json.
+ModelConfig model_config_from_gguf(const GgufFile& g);
 
 }  // namespace sinkq

@@ -274,7 +274,7 @@ TEST(ModelFiles, DirectoryErrors) {
   EXPECT_THAT(error_of([&] { ModelFiles::load(d.file("nope")); }),
               AllOf(HasSubstr(d.file("nope")), HasSubstr("does not exist")));
   write_file_atomic(d.file("file"), "x");
-  EXPECT_THAT(error_of([&] { ModelFiles::load(d.file("file")); }), HasSubstr("is not a directory"));
+  EXPECT_THAT(error_of([&] { ModelFiles::load(d.file("file")); }), HasSubstr("is neither a directory nor a GGUF file"));
   EXPECT_THAT(error_of([&] { ModelFiles::load(d.path()); }), AllOf(HasSubstr(d.path()), HasSubstr("no config.json")));
   write_file_atomic(d.file("config.json"), sinkq::testing::tiny_model_config({}).dump());
   EXPECT_THAT(error_of([&] { ModelFiles::load(d.path()); }), HasSubstr("neither model.safetensors"));

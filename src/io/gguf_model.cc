@@ -1,0 +1,224 @@
+// sinkq/io/gguf_model.cc — a GGUF file (llama.cpp's format) as a sinkq model: config from the
+// `{arch}.*` metadata, every tensor dequantized to fp32, Q/K rows back in the HF layout.
+//
+// Decisions:
+// - The config goes through ModelConfig::from_json as an HF config.json object built from the
+//   metadata, so defaults and validation have one definition; the GGUF keys themselves are read
+//   with GgufFile's typed getters, whose errors name the file and the key.
+// - "Full precision" for a GGUF model is its dequantized weights in fp32 (what llama.cpp computes
+//   with, and what transformers' GGUF loader gives): the model sinkq quantizes further and the
+//   reference its KLD is measured against. A Q4_1 file is therefore not the original bf16 model.
+// - Memory is checked before anything is allocated: the fp32 copy of every tensor must fit in the
+//   memory the machine has (MemAvailable), else a clear error (sinkq has no on-the-fly GGUF kernels).
+// - llama.cpp's converter permutes the rows of q and k per head so that RoPE pairs are adjacent
+//   (rotary dims (2i, 2i+1)); sinkq's RoPE is HF's rotate_half (pairs (i, i + d/2)). Within each
+//   head of d rows: GGUF row 2i + j  <->  HF row j·d/2 + i  (i < d/2, j ∈ {0, 1}).
+// - Architectures: `llama` (Llama, Mistral, SmolLM2 — llama.cpp writes them all as llama) and
+//   `qwen2` (q/k/v biases). Anything else, llama3-style `rope_freqs.weight`, partial rotary
+//   (rope.dimension_count ≠ head_dim) and unknown tensors are errors naming the key or tensor.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "core/error.h"
+#include "io/gguf.h"
+#include "io/gguf_quants.h"
+#include "io/weights.h"
+
+namespace sinkq {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Bytes the kernel says a new allocation can take (MemAvailable), 0 if unknown.
+uint64_t mem_available_bytes() {
+  uint64_t kb = 0;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lu kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024;
+}
+
+struct ArchInfo {
+  const char* hf_name;
+  bool qkv_bias;
+};
+
+ArchInfo arch_info(const GgufFile& g, const std::string& arch) {
+  if (arch == "llama") return {"LlamaForCausalLM", false};
+  if (arch == "qwen2") return {"Qwen2ForCausalLM", true};
+  fail("{}: general.architecture '{}' is not supported (supported: llama, qwen2)", g.path(), arch);
+}
+
+}  // namespace
+
+ModelConfig model_config_from_gguf(const GgufFile& g) {
+  const std::string arch = g.get_string("general.architecture");
+  const ArchInfo ai = arch_info(g, arch);
+  auto key = [&arch](const char* k) { return arch + "." + k; };
+  json c;
+  c["architectures"] = json::array({ai.hf_name});
+  c["model_type"] = arch;
+  c["hidden_act"] = "silu";
+  const int64_t hidden = g.get_int(key("embedding_length"));
+  const int64_t heads = g.get_int(key("attention.head_count"));
+  c["hidden_size"] = hidden;
+  c["intermediate_size"] = g.get_int(key("feed_forward_length"));
+  c["num_hidden_layers"] = g.get_int(key("block_count"));
+  c["num_attention_heads"] = heads;
+  c["num_key_value_heads"] = g.has(key("attention.head_count_kv")) ? g.get_int(key("attention.head_count_kv")) : heads;
+  SINKQ_CHECK(heads > 0 && hidden > 0, "{}: {} = {} and {} = {} must be positive", g.path(),
+              key("attention.head_count"), heads, key("embedding_length"), hidden);
+  const int64_t head_dim = g.has(key("attention.key_length")) ? g.get_int(key("attention.key_length")) : hidden / heads;
+  if (g.has(key("attention.value_length")))
+    SINKQ_CHECK(g.get_int(key("attention.value_length")) == head_dim, "{}: {} = {} differs from the key length {}: "
+                "not supported", g.path(), key("attention.value_length"), g.get_int(key("attention.value_length")), head_dim);
+  if (g.has(key("rope.dimension_count")))
+    SINKQ_CHECK(g.get_int(key("rope.dimension_count")) == head_dim, "{}: {} = {} but head_dim is {}: partial "
+                "rotary embeddings are not supported", g.path(), key("rope.dimension_count"),
+                g.get_int(key("rope.dimension_count")), head_dim);
+  c["head_dim"] = head_dim;
+  c["max_position_embeddings"] = g.get_int(key("context_length"));
+  c["rms_norm_eps"] = g.get_float(key("attention.layer_norm_rms_epsilon"));
+  c["rope_theta"] = g.has(key("rope.freq_base")) ? g.get_float(key("rope.freq_base")) : 10000.0;
+  if (g.has(key("rope.scaling.type"))) {
+    const std::string t = g.get_string(key("rope.scaling.type"));
+    if (t == "linear") {
+      c["rope_scaling"] = {{"type", "linear"}, {"factor", g.get_float(key("rope.scaling.factor"))}};
+    } else if (t != "none") {
+      fail("{}: {} '{}' is not supported (supported: none, linear)", g.path(), key("rope.scaling.type"), t);
+    }
+  }
+  SINKQ_CHECK(!g.find("rope_freqs.weight"), "{}: tensor 'rope_freqs.weight' (llama3-style frequency scaling) is "
+              "not supported for GGUF input", g.path());
+  const GgufTensor* emb = g.find("token_embd.weight");
+  SINKQ_CHECK(emb != nullptr, "{}: missing tensor 'token_embd.weight'", g.path());
+  SINKQ_CHECK(emb->ne.size() == 2, "{}: tensor 'token_embd.weight' has shape {}, expected 2 dimensions", g.path(),
+              emb->shape_str());
+  c["vocab_size"] = emb->ne[1];
+  c["tie_word_embeddings"] = g.find("output.weight") == nullptr;
+  if (ai.qkv_bias) c["use_sliding_window"] = false;
+  if (g.has("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = g.get_int("tokenizer.ggml.bos_token_id");
+  if (g.has("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = g.get_int("tokenizer.ggml.eos_token_id");
+  c["torch_dtype"] = "float32";
+  return ModelConfig::from_json(c, g.path() + " (GGUF metadata)");
+}
+
+namespace {
+
+class GgufLoader {
+ public:
+  GgufLoader(const GgufFile& g, ModelWeights& w) : g_(g), w_(w) {}
+
+  // Tensor `name` as fp32 [rows, cols] (ggml ne = [cols, rows]), owned by the weights.
+  Mat mat(const std::string& name, int64_t rows, int64_t cols, int unpermute_heads = 0) {
+    const GgufTensor& t = take(name, {cols, rows});
+    std::vector<float> out(size_t(rows * cols));
+    gguf_dequantize(t.type, t.data, out.data(), rows * cols, g_.path() + ": tensor '" + name + "'");
+    if (unpermute_heads > 0) unpermute(out, rows, cols, unpermute_heads);
+    Mat m{DType::F32, rows, cols, nullptr, name};
+    m.data = w_.own(std::move(out));
+    return m;
+  }
+  const float* vec(const std::string& name, int64_t n) {
+    const GgufTensor& t = take(name, {n});
+    std::vector<float> out(static_cast<size_t>(n));
+    gguf_dequantize(t.type, t.data, out.data(), n, g_.path() + ": tensor '" + name + "'");
+    return w_.own(std::move(out));
+  }
+  bool has(const std::string& name) const { return g_.find(name) != nullptr; }
+  void reject_unused() const {
+    for (const GgufTensor& t : g_.tensors())
+      if (!used_.count(t.name))
+        fail("{}: tensor '{}' ({}, {}) is not part of a supported {} model", g_.path(), t.name,
+             ggml_type_name(t.type), t.shape_str(), g_.get_string("general.architecture"));
+  }
+
+ private:
+  const GgufTensor& take(const std::string& name, std::vector<int64_t> ne) {
+    const GgufTensor* t = g_.find(name);
+    if (!t) fail("{}: missing tensor '{}'", g_.path(), name);
+    if (t->ne != ne)
+      fail("{}: tensor '{}' has shape {} (ggml order), expected [{}]", g_.path(), name, t->shape_str(),
+           fmt::format("{}", fmt::join(ne, ", ")));
+    if (!gguf_can_dequantize(t->type))
+      fail("{}: tensor '{}' has type {}, which sinkq cannot dequantize (supported: F32, F16, BF16, Q8_0, Q4_0, "
+           "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", g_.path(), name, ggml_type_name(t->type));
+    used_.insert(name);
+    return *t;
+  }
+  // llama.cpp's per-head interleave back to rotate_half order (see the file comment).
+  static void unpermute(std::vector<float>& m, int64_t rows, int64_t cols, int heads) {
+    SINKQ_ASSERT(rows % heads == 0 && (rows / heads) % 2 == 0);
+    const int64_t d = rows / heads, half = d / 2;
+    std::vector<float> head(size_t(d * cols));
+    for (int h = 0; h < heads; ++h) {
+      float* base = m.data() + size_t(h) * size_t(d * cols);
+      std::memcpy(head.data(), base, head.size() * sizeof(float));
+      for (int64_t i = 0; i < half; ++i)
+        for (int64_t j = 0; j < 2; ++j)
+          std::memcpy(base + (j * half + i) * cols, head.data() + (2 * i + j) * cols, size_t(cols) * sizeof(float));
+    }
+  }
+
+  const GgufFile& g_;
+  ModelWeights& w_;
+  std::set<std::string> used_;
+};
+
+}  // namespace
+
+ModelFiles ModelFiles::load_gguf(const std::string& path) {
+  auto g = GgufFile::open(path);
+  ModelFiles m;
+  m.dir = path;
+  m.config = model_config_from_gguf(*g);
+  const ModelConfig& cfg = m.config;
+
+  uint64_t f32_bytes = 0;
+  for (const GgufTensor& t : g->tensors()) f32_bytes += uint64_t(t.numel()) * 4;
+  const uint64_t avail = mem_available_bytes();
+  SINKQ_CHECK(avail == 0 || f32_bytes < avail, "{}: the dequantized (fp32) model needs {:.2f} GB but only {:.2f} GB "
+              "of memory is available", path, double(f32_bytes) / 1e9, double(avail) / 1e9);
+
+  ModelWeights& w = m.weights;
+  GgufLoader ld(*g, w);
+  const int64_t hidden = cfg.hidden_size, inter = cfg.intermediate_size, vocab = cfg.vocab_size;
+  const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
+  // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); qwen2
+  // files keep the HF order (rope type "neox" = rotate_half).
+  const bool permuted = cfg.arch != Arch::Qwen2;
+  w.embed = ld.mat("token_embd.weight", vocab, hidden);
+  w.layers.resize(size_t(cfg.num_layers));
+  for (int i = 0; i < cfg.num_layers; ++i) {
+    LayerWeights& L = w.layers[size_t(i)];
+    const std::string p = fmt::format("blk.{}.", i);
+    L.attn_norm = ld.vec(p + "attn_norm.weight", hidden);
+    L.wq = ld.mat(p + "attn_q.weight", q_dim, hidden, permuted ? cfg.num_heads : 0);
+    L.wk = ld.mat(p + "attn_k.weight", kv_dim, hidden, permuted ? cfg.num_kv_heads : 0);
+    L.wv = ld.mat(p + "attn_v.weight", kv_dim, hidden);
+    L.wo = ld.mat(p + "attn_output.weight", hidden, q_dim);
+    if (cfg.qkv_bias) {
+      L.bq = ld.vec(p + "attn_q.bias", q_dim);
+      L.bk = ld.vec(p + "attn_k.bias", kv_dim);
+      L.bv = ld.vec(p + "attn_v.bias", kv_dim);
+    }
+    L.mlp_norm = ld.vec(p + "ffn_norm.weight", hidden);
+    L.w_gate = ld.mat(p + "ffn_gate.weight", inter, hidden);
+    L.w_up = ld.mat(p + "ffn_up.weight", inter, hidden);
+    L.w_down = ld.mat(p + "ffn_down.weight", hidden, inter);
+  }
+  w.final_norm = ld.vec("output_norm.weight", hidden);
+  w.lm_head = cfg.tie_word_embeddings ? w.embed : ld.mat("output.weight", vocab, hidden);
+  ld.reject_unused();
+  return m;
+}
+
+}  // namespace sinkq

@@ -276,15 +276,22 @@ void PreTokenizer::apply(std::string_view segment, bool at_input_start, std::vec
           break;
         }
         case Kind::kDigits: {
+          // Split at every change between numeric and other characters (Unicode numbers, as
+          // HF's char::is_numeric: '½' and '²' too), and between numerics when individual.
           size_t b = 0;
-          auto digit = [&](size_t i) { return piece[i] >= '0' && piece[i] <= '9'; };
-          for (size_t i = 1; i <= piece.size(); ++i) {
-            bool boundary = i == piece.size() || digit(i) != digit(i - 1) || (st.individual_digits && digit(i));
-            if (boundary) {
+          bool prev = false;
+          for (size_t i = 0; i < piece.size();) {
+            uint32_t cp = 0;
+            const size_t n = std::max<size_t>(utf8_valid_len(piece, i, &cp), 1);  // input is valid UTF-8
+            const bool num = is_unicode_numeric(cp);
+            if (i > 0 && (num != prev || (st.individual_digits && num))) {
               next.push_back(piece.substr(b, i - b));
               b = i;
             }
+            prev = num;
+            i += n;
           }
+          if (b < piece.size()) next.push_back(piece.substr(b));
           break;
         }
       }

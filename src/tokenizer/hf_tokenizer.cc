@@ -83,7 +83,8 @@ void parse_post_processor(const json& j, const std::string& file, const std::str
 
 class HfTokenizer final : public Tokenizer {
  public:
-  explicit HfTokenizer(const std::string& path);
+  // `doc` is a parsed tokenizer.json; `source` names it in errors.
+  HfTokenizer(const json& doc, const SpecialConfig& sc, const std::string& source);
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override {
@@ -103,6 +104,7 @@ class HfTokenizer final : public Tokenizer {
     const AddedToken* t = added(id);
     return t && t->special;
   }
+  std::string chat_template() const override { return chat_template_; }
 
  private:
   const AddedToken* added(int32_t id) const {
@@ -125,6 +127,7 @@ class HfTokenizer final : public Tokenizer {
   AddedTokenMatcher match_all_, match_plain_;  // with / without special tokens
   std::vector<int32_t> prefix_, suffix_;
   int32_t bos_ = -1, eos_ = -1, vocab_size_ = 0;
+  std::string chat_template_;
 
   // Pre-tokenized words repeat a lot (" the"): cache their ids. Bounded; guarded for concurrent
   // encode() calls.
@@ -136,8 +139,7 @@ class HfTokenizer final : public Tokenizer {
   std::unique_ptr<Cache> cache_ = std::make_unique<Cache>();
 };
 
-HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
-  const json j = parse_json_file_text(read_file(path), path);
+HfTokenizer::HfTokenizer(const json& j, const SpecialConfig& sc, const std::string& path) : path_(path) {
   SINKQ_CHECK(j.is_object(), "{}: not a JSON object", path);
   const json* model = json_find(j, "model");
   SINKQ_CHECK(model && model->is_object(), "{}: model is missing or not an object", path);
@@ -159,7 +161,7 @@ HfTokenizer::HfTokenizer(const std::string& path) : path_(path) {
       add_token(added_token_from_json(a, id, path, f));
     }
   }
-  const SpecialConfig sc = read_special_config(dir_of(path));
+  chat_template_ = sc.chat_template.value_or("");
   // transformers also registers tokenizer_config.json's added_tokens_decoder entries.
   for (const AddedToken& t : sc.added_tokens_decoder) {
     if (!added_by_id_.count(t.id)) add_token(t);
@@ -286,7 +288,13 @@ std::string HfTokenizer::token_text(int32_t id) const {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_hf_tokenizer(const std::string& path) {
-  return std::make_unique<HfTokenizer>(path);
+  const json doc = parse_json_file_text(read_file(path), path);
+  return make_hf_tokenizer_from_json(doc, read_special_config(dir_of(path)), path);
+}
+
+std::unique_ptr<Tokenizer> make_hf_tokenizer_from_json(const json& doc, const SpecialConfig& sc,
+                                                       const std::string& source) {
+  return std::make_unique<HfTokenizer>(doc, sc, source);
 }
 
 }  // namespace sinkq::tok

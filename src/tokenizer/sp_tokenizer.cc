@@ -15,7 +15,11 @@ constexpr std::string_view kUnknownSurface = " \u2047 ";  // sentencepiece's def
 
 class SpTokenizer final : public Tokenizer {
  public:
-  explicit SpTokenizer(const std::string& path);
+  // `source` names the model in errors; load() / load_proto() must run before init().
+  explicit SpTokenizer(std::string source) : path_(std::move(source)) {}
+  void load_file();
+  void load_proto(std::string_view serialized);
+  void init(const SpecialConfig& sc);
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt) const override;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override;
@@ -31,6 +35,7 @@ class SpTokenizer final : public Tokenizer {
     return id == sp_.unk_id() && token != sp_.IdToPiece(id) ? -1 : id;  // PieceToId maps misses to unk
   }
   bool is_special(int32_t id) const override { return valid(id) && sp_.IsControl(id); }
+  std::string chat_template() const override { return chat_template_; }
 
  private:
   bool valid(int32_t id) const { return id >= 0 && id < sp_.GetPieceSize(); }
@@ -42,13 +47,21 @@ class SpTokenizer final : public Tokenizer {
   bool strip_dummy_space_ = true;  // decode drops the '▁' of the first piece (add_dummy_prefix)
   int32_t bos_ = -1, eos_ = -1;
   bool add_bos_ = true, add_eos_ = false;
+  std::string chat_template_;
 };
 
-SpTokenizer::SpTokenizer(const std::string& path) : path_(path) {
-  SINKQ_CHECK(file_exists(path), "{}: sentencepiece model not found", path);
-  const auto st = sp_.Load(path);
-  SINKQ_CHECK(st.ok(), "{}: not a valid sentencepiece model: {}", path, st.ToString());
+void SpTokenizer::load_file() {
+  SINKQ_CHECK(file_exists(path_), "{}: sentencepiece model not found", path_);
+  const auto st = sp_.Load(path_);
+  SINKQ_CHECK(st.ok(), "{}: not a valid sentencepiece model: {}", path_, st.ToString());
+}
 
+void SpTokenizer::load_proto(std::string_view serialized) {
+  const auto st = sp_.LoadFromSerializedProto(serialized);
+  SINKQ_CHECK(st.ok(), "{}: not a valid sentencepiece model: {}", path_, st.ToString());
+}
+
+void SpTokenizer::init(const SpecialConfig& sc) {
   std::vector<AddedToken> specials;
   for (int id = 0; id < sp_.GetPieceSize(); ++id) {
     if (sp_.IsControl(id) || sp_.IsUnknown(id)) {
@@ -76,12 +89,12 @@ SpTokenizer::SpTokenizer(const std::string& path) : path_(path) {
   // LlamaTokenizer defaults: add BOS, no EOS; tokenizer_config.json beside the model may say
   // otherwise. Ids: the token strings from tokenizer_config.json, else the model's, else
   // config.json's.
-  const SpecialConfig sc = read_special_config(dir_of(path));
   auto lookup = [this](std::string_view s) { return token_to_id(s); };
   bos_ = resolve_special_id(sc.bos_token, lookup, {sp_.bos_id(), sc.bos_id});
   eos_ = resolve_special_id(sc.eos_token, lookup, {sp_.eos_id(), sc.eos_id});
   add_bos_ = sc.add_bos.value_or(true);
   add_eos_ = sc.add_eos.value_or(false);
+  chat_template_ = sc.chat_template.value_or("");
 }
 
 void SpTokenizer::encode_text(std::string_view text, std::vector<int32_t>& out) const {
@@ -172,7 +185,18 @@ std::string SpTokenizer::token_text(int32_t id) const {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_sp_tokenizer(const std::string& path) {
-  return std::make_unique<SpTokenizer>(path);
+  auto t = std::make_unique<SpTokenizer>(path);
+  t->load_file();
+  t->init(read_special_config(dir_of(path)));
+  return t;
+}
+
+std::unique_ptr<Tokenizer> make_sp_tokenizer_from_proto(std::string_view serialized, const SpecialConfig& sc,
+                                                        const std::string& source) {
+  auto t = std::make_unique<SpTokenizer>(source);
+  t->load_proto(serialized);
+  t->init(sc);
+  return t;
 }
 
 }  // namespace sinkq::tok

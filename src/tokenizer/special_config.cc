@@ -61,6 +61,7 @@ SpecialConfig read_special_config(const std::string& dir) {
       SINKQ_CHECK(v->is_boolean(), "{}: add_eos_token is not a boolean", tc_path);
       sc.add_eos = v->get<bool>();
     }
+    if (const json* v = json_find(tc, "chat_template"); v && v->is_string()) sc.chat_template = v->get<std::string>();
     sc.bos_token = token_string(tc, "bos_token", tc_path);
     sc.eos_token = token_string(tc, "eos_token", tc_path);
     if (const json* atd = json_find(tc, "added_tokens_decoder")) {

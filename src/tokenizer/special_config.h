@@ -18,6 +18,7 @@ struct SpecialConfig {
   std::optional<bool> add_bos, add_eos;
   std::optional<std::string> bos_token, eos_token;  // a string or {"content": ...}
   std::vector<AddedToken> added_tokens_decoder;     // "added_tokens_decoder": {"id": {...}}
+  std::optional<std::string> chat_template;         // when a single string (not a list of named ones)
   // config.json (optional): bos_token_id, eos_token_id (a list: its first entry)
   std::optional<int32_t> bos_id, eos_id;
 };

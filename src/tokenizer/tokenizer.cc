@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "io/gguf.h"
 #include "tokenizer/special_config.h"
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
@@ -11,14 +12,20 @@
 namespace sinkq {
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& model_dir) {
+  // A GGUF file carries its tokenizer in its metadata (tokenizer.ggml.*).
+  if (GgufFile::looks_like_gguf(model_dir))
+    return from_gguf_metadata(GgufFile::open(model_dir)->metadata(), model_dir);
   struct stat st {};
   SINKQ_CHECK(::stat(model_dir.c_str(), &st) == 0, "{}: model directory does not exist", model_dir);
-  SINKQ_CHECK(S_ISDIR(st.st_mode), "{}: not a directory (expected a model directory with tokenizer.json "
-              "or tokenizer.model)", model_dir);
+  SINKQ_CHECK(S_ISDIR(st.st_mode), "{}: not a directory nor a GGUF file (expected a model directory with "
+              "tokenizer.json or tokenizer.model, or a .gguf file)", model_dir);
   const std::string json_path = model_dir + "/tokenizer.json";
   if (tok::file_exists(json_path)) return tok::make_hf_tokenizer(json_path);
   const std::string sp_path = model_dir + "/tokenizer.model";
   if (tok::file_exists(sp_path)) return tok::make_sp_tokenizer(sp_path);
+  // An artifact made from a GGUF model keeps the source's tokenizer.* metadata in tokenizer.gguf.
+  const std::string gguf_path = model_dir + "/tokenizer.gguf";
+  if (tok::file_exists(gguf_path)) return from_gguf_metadata(GgufFile::open(gguf_path)->metadata(), gguf_path);
   fail("{}: no tokenizer found (neither {} nor {} exists)", model_dir, "tokenizer.json", "tokenizer.model");
 }
 
@@ -29,6 +36,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_tokenizer_json(const std::string& pat
 
 std::unique_ptr<Tokenizer> Tokenizer::from_sentencepiece(const std::string& path) {
   return tok::make_sp_tokenizer(path);  // checks the file itself
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf_metadata(const nlohmann::json& meta, const std::string& source) {
+  return tok::make_gguf_tokenizer(meta, source);
 }
 
 // ---- StreamDecoder ------------------------------------------------------------------------------

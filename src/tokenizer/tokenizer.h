@@ -11,13 +11,19 @@
 //   else tokenizer.model through the sentencepiece library.
 //   tokenizer_config.json (optional): add_bos_token / add_eos_token, bos/eos token strings.
 //   config.json bos/eos ids are the fallback for BOS/EOS ids.
+// From a GGUF file's metadata (llama.cpp's tokenizer.ggml.* keys), see from_gguf_metadata:
+//   gpt2 (byte-level BPE) vocabularies become a tokenizer.json document, llama (SentencePiece BPE
+//   with scores) ones a sentencepiece model, each run by the implementation above — one code path.
 // Notes (see the .cc files for the reasons):
 //   - Text between added tokens is normalized on its own, so Llama's Prepend('▁') applies after
 //     "</s>" too (llama.cpp / HF-slow behaviour; golden vectors depend on it).
 //   - Invalid UTF-8 input becomes U+FFFD on the tokenizer.json path (as a Rust/Python string).
 //   - vocab_size() counts the tokenizer's ids; a model's embedding may have more rows (padding).
-//   - Implementation: src/tokenizer/{hf_tokenizer,bpe,hf_pretokenize,hf_decoder,sp_tokenizer}.cc.
+//   - Implementation: src/tokenizer/{hf_tokenizer,bpe,hf_pretokenize,hf_decoder,sp_tokenizer,
+//     gguf_tokenizer}.cc.
 #pragma once
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -45,6 +51,12 @@ class Tokenizer {
   static std::unique_ptr<Tokenizer> from_tokenizer_json(const std::string& path);
   // Loads an explicit sentencepiece tokenizer.model.
   static std::unique_ptr<Tokenizer> from_sentencepiece(const std::string& path);
+  // From GGUF metadata (the `tokenizer.ggml.*` keys, as JSON: key -> scalar or array; other keys
+  // are ignored). `source` names the file for error messages. gpt2 (byte-level BPE; pre-tokenizers
+  // gpt2/gpt-2/default/mpt/phi-2/olmo, smollm/refact/starcoder, llama-bpe/llama3/llama-v3,
+  // qwen2/deepseek-r1-qwen) and llama (SentencePiece-style) vocabularies; anything else throws.
+  // Implementation and the choices it makes: src/tokenizer/gguf_tokenizer.cc.
+  static std::unique_ptr<Tokenizer> from_gguf_metadata(const nlohmann::json& meta, const std::string& source);
 
   virtual std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt = {}) const = 0;
   // Decodes ids to text; special tokens (BOS/EOS) are skipped when skip_special.
@@ -68,6 +80,9 @@ class Tokenizer {
   virtual int32_t token_to_id(std::string_view token) const { return -1; }
   // Whether decode(skip_special=true) drops this id (BOS/EOS, control and special added tokens).
   virtual bool is_special(int32_t id) const { return id >= 0 && (id == bos_id() || id == eos_id()); }
+  // The Jinja chat template that came with the tokenizer (GGUF tokenizer.chat_template, or a
+  // string chat_template in tokenizer_config.json); "" if none.
+  virtual std::string chat_template() const { return {}; }
 };
 
 // Streams text token by token: keeps incomplete UTF-8 bytes (from byte fallback / byte-level

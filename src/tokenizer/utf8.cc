@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 
+#include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 
@@ -150,6 +151,12 @@ const std::string& byte_level_char(uint8_t b) { return byte_level_tables().chars
 int byte_level_byte(uint32_t cp) {
   const auto& t = byte_level_tables().bytes;
   return cp < t.size() ? t[cp] : -1;
+}
+
+bool is_unicode_numeric(uint32_t cp) {
+  if (cp < 0x80) return cp >= '0' && cp <= '9';
+  const int8_t t = u_charType(UChar32(cp));
+  return t == U_DECIMAL_DIGIT_NUMBER || t == U_LETTER_NUMBER || t == U_OTHER_NUMBER;
 }
 
 bool is_unicode_whitespace(uint32_t cp) {

@@ -40,6 +40,9 @@ int byte_level_byte(uint32_t cp);
 // Whitespace as Rust's char::is_whitespace (Unicode White_Space) — used for added-token
 // lstrip/rstrip.
 bool is_unicode_whitespace(uint32_t cp);
+// Numeric as Rust's char::is_numeric (general category Nd, Nl or No: '7', 'Ⅻ', '½', '²') — the
+// Digits pre-tokenizer's test.
+bool is_unicode_numeric(uint32_t cp);
 
 enum class NormForm { kNFC, kNFD, kNFKC, kNFKD };
 // Unicode normalization through ICU. Input must be valid UTF-8.

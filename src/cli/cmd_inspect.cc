@@ -1,7 +1,11 @@
 // sinkq inspect -m DIR [--json]: config, parameter count, tensors with dtypes and shapes.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "cli/commands.h"
+#include "io/gguf.h"
 #include "model/model.h"
 
 namespace sinkq::cli {
@@ -17,17 +21,37 @@ void register_inspect(CLI::App& app) {
     const ModelWeights& w = model->weights();
     nlohmann::json tensors = nlohmann::json::array();
     int64_t bytes = 0;
-    for (const TensorInfo* t : w.store.all()) {
-      tensors.push_back({{"name", t->name}, {"dtype", dtype_name(t->dtype)}, {"shape", t->shape},
-                         {"file", t->file}});
-      bytes += int64_t(t->nbytes);
+    // Rows of the tensor table: name, stored dtype, shape (row-major, outermost first).
+    std::vector<std::tuple<std::string, std::string, std::string>> rows;
+    const bool gguf = GgufFile::looks_like_gguf(f->model);
+    if (gguf) {
+      // A GGUF model runs dequantized to fp32; the table shows what the file stores.
+      const auto g = GgufFile::open(f->model);
+      for (const GgufTensor& t : g->tensors()) {
+        std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+        tensors.push_back({{"name", t.name}, {"dtype", ggml_type_name(t.type)}, {"shape", shape}, {"file", f->model}});
+        rows.emplace_back(t.name, ggml_type_name(t.type), fmt::format("[{}]", fmt::join(shape, ", ")));
+        bytes += int64_t(t.nbytes);
+      }
+    } else {
+      for (const TensorInfo* t : w.store.all()) {
+        tensors.push_back({{"name", t->name}, {"dtype", dtype_name(t->dtype)}, {"shape", t->shape},
+                           {"file", t->file}});
+        rows.emplace_back(t->name, dtype_name(t->dtype), t->shape_str());
+        bytes += int64_t(t->nbytes);
+      }
     }
+    const std::string note = gguf ? "GGUF: weights dequantized to fp32 at load (the full-precision model is the "
+                                    "dequantized one); dtypes below are the file's" : "";
     if (f->json) {
-      print_json({{"model", f->model}, {"config", c.to_json()}, {"parameters", w.parameter_count()},
-                  {"tensor_bytes", bytes}, {"tensors", tensors}});
+      nlohmann::json j{{"model", f->model}, {"config", c.to_json()}, {"parameters", w.parameter_count()},
+                       {"tensor_bytes", bytes}, {"tensors", tensors}, {"format", gguf ? "gguf" : "safetensors"}};
+      if (gguf) j["note"] = note;
+      print_json(j);
       return;
     }
     fmt::print("model        {}\n", f->model);
+    if (gguf) fmt::print("format       {}\n", note);
     fmt::print("architecture {}\n", c.architecture);
     fmt::print("layers {}  hidden {}  intermediate {}  heads {}  kv_heads {}  head_dim {}\n",
                c.num_layers, c.hidden_size, c.intermediate_size, c.num_heads, c.num_kv_heads, c.head_dim);
@@ -39,8 +63,7 @@ void register_inspect(CLI::App& app) {
     fmt::print("parameters   {} ({:.3f} M), {} tensor bytes\n", w.parameter_count(),
                double(w.parameter_count()) / 1e6, bytes);
     fmt::print("\n{:<56} {:<5} {}\n", "tensor", "dtype", "shape");
-    for (const TensorInfo* t : w.store.all())
-      fmt::print("{:<56} {:<5} {}\n", t->name, dtype_name(t->dtype), t->shape_str());
+    for (const auto& [name, dtype, shape] : rows) fmt::print("{:<56} {:<5} {}\n", name, dtype, shape);
   });
 }
 

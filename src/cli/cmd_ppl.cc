@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "io/gguf.h"
 #include "cli/quant_flags.h"
 #include "cli/runnable.h"
 #include "core/mmap.h"
@@ -143,9 +144,9 @@ void register_ppl(CLI::App& app) {
       std::shared_ptr<const Model> fp = model;
       if (artifact) {
         const std::string src = run->recipe.at("source").value("model_dir", "");
-        SINKQ_CHECK(!src.empty() && std::filesystem::is_directory(src),
+        SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
                     "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a "
-                    "directory here",
+                    "model directory or GGUF file here",
                     src);
         fp = Model::load(src);
         SINKQ_CHECK(fp->config().vocab_size == model->config().vocab_size &&

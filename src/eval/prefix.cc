@@ -58,18 +58,21 @@ std::string render_system_prompt(const std::string& model_dir, std::string_view 
   const auto it = cfg.find("chat_template");
   SINKQ_CHECK(it != cfg.end() && it->is_string(),
               "{} has no chat_template: write the system prompt out with --prefix text:... instead of system:", path);
-  const std::string tpl = it->get<std::string>();
+  return render_system_prompt_with(it->get<std::string>(), path, system);
+}
+
+std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system) {
   const std::string sys(system);
   if (tpl.find("<|start_header_id|>") != std::string::npos)  // Llama-3
     return "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>";
-  if (tpl.find("<|im_start|>") != std::string::npos)  // ChatML (Qwen2)
+  if (tpl.find("<|im_start|>") != std::string::npos)  // ChatML (Qwen2, SmolLM2)
     return "<|im_start|>system\n" + sys + "<|im_end|>\n";
   if (tpl.find("<<SYS>>") != std::string::npos) {  // Llama-2: BOS comes from the tokenizer
     return "[INST] <<SYS>>\n" + sys + "\n<</SYS>>\n\n";
   }
   fail("{}: the chat template is not one sinkq can render a system prompt for (Llama-2, Llama-3, ChatML); "
        "write the prompt out with --prefix text:...",
-       path);
+       source);
 }
 
 std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok, const std::string& model_dir) {
@@ -86,7 +89,10 @@ std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok,
                     spec.spec, id, tok.vocab_size());
       return spec.ids;
     case PrefixSpec::Kind::System: {
-      const std::string rendered = render_system_prompt(model_dir, spec.text);
+      // The tokenizer's own template (a GGUF file's tokenizer.chat_template, or tokenizer_config.json's).
+      const std::string tpl = tok.chat_template();
+      const std::string rendered = tpl.empty() ? render_system_prompt(model_dir, spec.text)
+                                               : render_system_prompt_with(tpl, model_dir, spec.text);
       enc.parse_special = true;
       // Llama-3 / ChatML renderings carry their own begin token; Llama-2's comes from add_bos.
       enc.add_special = rendered.rfind("<|", 0) != 0;

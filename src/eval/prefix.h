@@ -65,6 +65,8 @@ std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok,
 // (<|im_start|>). Anything else, or no chat template: sinkq::Error saying so and suggesting
 // --prefix text:... with the prompt written out. Special tokens in the result are parsed.
 std::string render_system_prompt(const std::string& model_dir, std::string_view system);
+// The same from a template string (`source` names where it came from, for the error).
+std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system);
 
 struct FoundPrefix {
   std::vector<int32_t> tokens;

@@ -273,6 +273,74 @@ double GgufFile::get_float(const std::string& key) const {
   return v.get<double>();
 }
 
+namespace {
+
+template <class T>
+void put(std::string& s, T v) {
+  s.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+void put_string(std::string& s, const std::string& v) {
+  put<uint64_t>(s, v.size());
+  s += v;
+}
+
+void put_scalar(std::string& s, uint32_t type, const json& v) {
+  switch (type) {
+    case kU8: put<uint8_t>(s, v.get<uint8_t>()); break;
+    case kI8: put<int8_t>(s, v.get<int8_t>()); break;
+    case kU16: put<uint16_t>(s, v.get<uint16_t>()); break;
+    case kI16: put<int16_t>(s, v.get<int16_t>()); break;
+    case kU32: put<uint32_t>(s, v.get<uint32_t>()); break;
+    case kI32: put<int32_t>(s, v.get<int32_t>()); break;
+    case kF32: put<float>(s, float(v.get<double>())); break;
+    case kBool: put<uint8_t>(s, v.get<bool>() ? 1 : 0); break;
+    case kString: put_string(s, v.get<std::string>()); break;
+    case kU64: put<uint64_t>(s, v.get<uint64_t>()); break;
+    case kI64: put<int64_t>(s, v.get<int64_t>()); break;
+    case kF64: put<double>(s, v.get<double>()); break;
+    default: SINKQ_ASSERT(false);
+  }
+}
+
+uint32_t element_type(const json& a) {
+  if (a.empty() || a[0].is_string()) return kString;
+  if (a[0].is_boolean()) return kBool;
+  if (a[0].is_number_float()) return kF32;
+  if (a[0].is_array()) return kArray;
+  return kI32;
+}
+
+void put_array(std::string& s, const json& a) {
+  const uint32_t et = element_type(a);
+  put<uint32_t>(s, et);
+  put<uint64_t>(s, a.size());
+  for (const json& e : a) {
+    if (et == kArray) put_array(s, e);
+    else put_scalar(s, et, e);
+  }
+}
+
+}  // namespace
+
+std::string gguf_metadata_file(const GgufFile& g, bool (*keep)(const std::string& key)) {
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : g.metadata().items())
+    if (keep(k)) keys.push_back(k);
+  std::sort(keys.begin(), keys.end());
+  std::string s = "GGUF";
+  put<uint32_t>(s, 3);
+  put<uint64_t>(s, 0);
+  put<uint64_t>(s, keys.size());
+  for (const std::string& k : keys) {
+    put_string(s, k);
+    const uint32_t t = g.metadata_type(k);
+    put<uint32_t>(s, t);
+    if (t == kArray) put_array(s, g.metadata().at(k));
+    else put_scalar(s, t, g.metadata().at(k));
+  }
+  return s;
+}
+
 const GgufTensor* GgufFile::find(const std::string& name) const {
   const auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];

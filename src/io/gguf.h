@@ -91,4 +91,10 @@ class GgufFile {
   std::map<std::string, size_t> index_;
 };
 
+// A GGUF v3 file with no tensors and the metadata keys of `g` for which keep(key) is true (an
+// artifact made from a GGUF model carries its tokenizer this way: tokenizer.gguf). Scalars keep
+// their GGUF type; array elements are written as string, i32 (integers), f32 (floats) or bool,
+// which is how llama.cpp writes the tokenizer arrays. Keys are written in sorted order.
+std::string gguf_metadata_file(const GgufFile& g, bool (*keep)(const std::string& key));
+
 }  // namespace sinkq

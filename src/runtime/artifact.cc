@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/mmap.h"
 #include "io/config.h"
+#include "io/gguf.h"
 #include "io/safetensors.h"
 #include "quant/rotate.h"
 
@@ -131,11 +132,13 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
   SINKQ_CHECK(!exists || opt.force, "'{}' already exists: refusing to overwrite it (use --force to replace it)",
               out.string());
 
-  // The source: its config must be the model's.
-  const std::string src_config = model_dir + "/" + kConfig;
-  const ModelConfig mc = ModelConfig::load(src_config);
+  // The source (a model directory or a GGUF file): its config must be the model's.
+  std::shared_ptr<GgufFile> gguf;
+  if (GgufFile::looks_like_gguf(model_dir)) gguf = GgufFile::open(model_dir);
+  const std::string src_config = gguf ? model_dir : model_dir + "/" + kConfig;
+  const ModelConfig mc = gguf ? model_config_from_gguf(*gguf) : ModelConfig::load(src_config);
   SINKQ_CHECK(mc == qm.model->config(),
-              "'{}' is not the source of this quantized model: its config.json describes another model", model_dir);
+              "'{}' is not the source of this quantized model: its config describes another model", model_dir);
 
   // ---- tensors -------------------------------------------------------------------------------
   const ModelWeights& w = qm.model->weights();
@@ -260,11 +263,19 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       return (tmp / name).string();
     };
     write_safetensors(file(kTensors), tl.tensors, meta);
-    write_file_atomic(file(kConfig), read_file(src_config));
+    write_file_atomic(file(kConfig), gguf ? mc.to_json().dump(2) + "\n" : read_file(src_config));
     write_json_file(file(kRecipe), recipe);
-    for (const char* f : kTokenizerFiles) {
-      const std::string src = model_dir + "/" + f;
-      if (fs::exists(src, ec)) write_file_atomic(file(f), read_file(src));
+    if (gguf) {
+      // A GGUF source carries its tokenizer in its metadata: the artifact keeps those keys in a
+      // tensor-less GGUF file, which Tokenizer::load reads like the source's.
+      write_file_atomic(file("tokenizer.gguf"), gguf_metadata_file(*gguf, [](const std::string& k) {
+                          return k.rfind("tokenizer.", 0) == 0;
+                        }));
+    } else {
+      for (const char* f : kTokenizerFiles) {
+        const std::string src = model_dir + "/" + f;
+        if (fs::exists(src, ec)) write_file_atomic(file(f), read_file(src));
+      }
     }
     for (const auto& e : fs::directory_iterator(tmp)) {
       info.files.emplace_back(e.path().filename().string(), uint64_t(e.file_size()));

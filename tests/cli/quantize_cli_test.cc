@@ -172,3 +172,59 @@ TEST(CliQuantize, ArtifactRunsInPplAndGenerate) {
 
 }  // namespace
 }  // namespace sinkq
+
+namespace sinkq {
+namespace {
+
+// An artifact from a GGUF source (SmolLM2, the real sink model): config from the GGUF metadata,
+// the tokenizer carried as tokenizer.gguf, packed ppl = simulated ppl on the same GGUF, and the
+// recipe's source found again by ppl --kld. W8A8 with dynamic activations: no calibration, so the
+// test stays a few seconds.
+TEST(CliQuantize, FromGgufSource) {
+  const std::string gguf = testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf";
+  const std::string text = testing::shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt";
+  testing::TempDir tmp;
+  const std::string art = tmp.file("art");
+  const std::vector<std::string> q{"--preset", "w8a8", "--prefix", "bos"};
+  std::vector<std::string> qa{"quantize", "-m", gguf, "-o", art, "--fp-dtype", "f32", "--threads", "2"};
+  qa.insert(qa.end(), q.begin(), q.end());
+  const RunResult w = run(qa);
+  ASSERT_EQ(w.rc, 0) << w.err;
+  EXPECT_TRUE(fs::exists(art + "/tokenizer.gguf"));
+  EXPECT_FALSE(fs::exists(art + "/tokenizer.json"));
+  EXPECT_EQ(ModelConfig::load(art + "/config.json").num_layers, 30);
+
+  // The artifact's tokenizer is the source's, id for id (special tokens included).
+  const std::string s = "<|im_start|>user\nThe tower is 324 metres tall.<|im_end|>\n";
+  const RunResult ta = run({"tokenize", "-m", art, "--text", s, "--json"});
+  const RunResult tg = run({"tokenize", "-m", gguf, "--text", s, "--json"});
+  ASSERT_EQ(ta.rc, 0) << ta.err;
+  ASSERT_EQ(tg.rc, 0) << tg.err;
+  EXPECT_EQ(json::parse(ta.out).at("ids"), json::parse(tg.out).at("ids"));
+
+  auto ppl = [&](const std::string& m, std::vector<std::string> extra) {
+    std::vector<std::string> a{"ppl", "-m", m, "-f", text, "--ctx", "128", "--max-windows", "4", "--threads", "2", "--json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    const RunResult r = run(a);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r.rc == 0 ? json::parse(r.out) : json::object();
+  };
+  const json packed = ppl(art, {"--kld"});
+  const json sim = ppl(gguf, q);
+  ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
+  EXPECT_EQ(packed.at("tokens_scored"), sim.at("tokens_scored"));
+  // Teacher-forced, packed = simulated within 1e-5·max|logit| on this model (runtime_test,
+  // QuantizedModel.MatchesSimulatorOnSmolLM2: 8e-7). Free-running, an int8 activation code that
+  // flips at a rounding boundary changes every later token's input; on SmolLM2 (activations up to
+  // 2,000x the median) that moved the mean NLL by 2.3e-3 of itself here (AVX2 host), against 6e-4
+  // on stories260K — so 5e-3·NLL, about 2x the measured drift and 1/8 of what W8A8 costs (~0.04).
+  const double nll = sim.at("mean_nll").get<double>();
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 5e-3 * nll);
+  // --kld found the GGUF source: a W8A8 model is close to it but not equal.
+  ASSERT_TRUE(packed.contains("kld"));
+  EXPECT_GT(packed.at("kld").get<double>(), 0.0);
+  EXPECT_LT(packed.at("kld").get<double>(), 0.1);
+}
+
+}  // namespace
+}  // namespace sinkq

@@ -243,6 +243,25 @@ const Case kCases[] = {
     {"w8a8 static kv8 static", 8, 0, 8, true, false, 8, true},
 };
 
+// Teacher-forced (every linear input of the packed run replaced by the simulator's): packed logits
+// and linear inputs = the simulator's within kTol. Prints the free-running difference too.
+void expect_packed_matches_sim(const quant::SimModel& sim, const QuantizedModel& qm, const std::vector<int32_t>& toks,
+                               const std::string& label) {
+  Forward simf(sim.model, kTokens);
+  Forcing forcing;
+  attach_recording(sim, simf, &forcing);
+  Forward packed(qm.model, kTokens), free(qm.model, kTokens);
+  qm.attach(packed);
+  qm.attach(free);
+  forcing.force(packed);
+  const auto want = logits_of(simf, toks);
+  const double d = rel_diff(logits_of(packed, toks), want);
+  std::printf("  %s forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); free-running %.3g\n", label.c_str(), d,
+              forcing.worst, forcing.worst_at.c_str(), rel_diff(logits_of(free, toks), want));
+  EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
+  EXPECT_LE(d, kTol);
+}
+
 TEST(QuantizedModel, MatchesSimulator) {
   const auto toks = prompt(kTokens);
   const std::vector<std::vector<int32_t>> calib = {prompt(32, 1), prompt(32, 2)};
@@ -275,20 +294,7 @@ TEST(QuantizedModel, MatchesSimulator) {
         attach_recording(sim, mine, nullptr);
         ASSERT_TRUE(bit_equal(logits_of(mine, toks), logits_of(ref, toks))) << "attach_recording != SimModel::attach";
 
-        Forward simf(sim.model, kTokens);
-        Forcing forcing;
-        attach_recording(sim, simf, &forcing);
-        Forward packed(qm.model, kTokens), free(qm.model, kTokens);
-        qm.attach(packed);
-        qm.attach(free);
-        forcing.force(packed);
-        const auto want = logits_of(simf, toks);
-        const double d = rel_diff(logits_of(packed, toks), want);
-        std::printf("  %-11s %-22s rot %d forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); "
-                    "free-running %.3g\n", mname, c.name, int(rotate), d, forcing.worst, forcing.worst_at.c_str(),
-                    rel_diff(logits_of(free, toks), want));
-        EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
-        EXPECT_LE(d, kTol);
+        expect_packed_matches_sim(sim, qm, toks, fmt::format("{:<11} {:<22} rot {}", mname, c.name, int(rotate)));
       }
     }
   }
@@ -305,19 +311,7 @@ TEST(QuantizedModel, MatchesSimulatorOnSmolLM2) {
   sc.a.bits = 8;
   const quant::SimModel sim = quant::build_sim(smol, sc, {});
   const QuantizedModel qm = build_quantized(sim);
-  Forward simf(sim.model, kTokens);
-  Forcing forcing;
-  attach_recording(sim, simf, &forcing);
-  Forward packed(qm.model, kTokens), free(qm.model, kTokens);
-  qm.attach(packed);
-  qm.attach(free);
-  forcing.force(packed);
-  const auto want = logits_of(simf, toks);
-  const double d = rel_diff(logits_of(packed, toks), want);
-  std::printf("  smollm2 w8a8 forced: max|dlogit|/max|logit| %.3g, linear inputs %.3g (%s); free-running %.3g\n", d,
-              forcing.worst, forcing.worst_at.c_str(), rel_diff(logits_of(free, toks), want));
-  EXPECT_LE(forcing.worst, kTol) << forcing.worst_at;
-  EXPECT_LE(d, kTol);
+  expect_packed_matches_sim(sim, qm, toks, "smollm2 w8a8");
 }
 
 TEST(QuantizedModel, FpDtypeRoundsEmbeddings) {

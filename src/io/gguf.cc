@@ -9,14 +9,20 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <bit>
+#include <cerrno>
 #include <cstring>
 #include <limits>
+#include <tuple>
 
 #include "core/error.h"
 
 namespace sinkq {
 
 using json = nlohmann::json;
+
+// Values are memcpy'd from the file as they lie: GGUF is read on little-endian hosts only.
+static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
 
 namespace {
 
@@ -25,9 +31,9 @@ struct TypeRow {
   GgmlTypeTraits t;
 };
 
-// Block sizes from ggml's type table (ggml.c type_traits): QK = 32 for the legacy quants, 256 for
-// the K-quants and most IQ types. Ids that ggml has retired (4, 5: Q4_2/Q4_3; 31–33, 36–38) are
-// unknown here.
+// Block sizes from ggml's type table (ggml.c type_traits, block structs in ggml-common.h): 32
+// elements for the legacy quants, 256 for the K-quants and most IQ types. Ids that ggml has retired
+// (4, 5: Q4_2/Q4_3; 31–33, 36–38: the repacked variants) are unknown here.
 constexpr TypeRow kTypes[] = {
     {0, {"F32", 1, 4}},        {1, {"F16", 1, 2}},         {2, {"Q4_0", 32, 18}},     {3, {"Q4_1", 32, 20}},
     {6, {"Q5_0", 32, 22}},     {7, {"Q5_1", 32, 24}},      {8, {"Q8_0", 32, 34}},     {9, {"Q8_1", 32, 36}},
@@ -37,6 +43,7 @@ constexpr TypeRow kTypes[] = {
     {22, {"IQ2_S", 256, 82}},  {23, {"IQ4_XS", 256, 136}}, {24, {"I8", 1, 1}},        {25, {"I16", 1, 2}},
     {26, {"I32", 1, 4}},       {27, {"I64", 1, 8}},        {28, {"F64", 1, 8}},       {29, {"IQ1_M", 256, 56}},
     {30, {"BF16", 1, 2}},      {34, {"TQ1_0", 256, 54}},   {35, {"TQ2_0", 256, 66}},  {39, {"MXFP4", 32, 17}},
+    {40, {"NVFP4", 64, 36}},   {41, {"Q1_0", 128, 18}},    {42, {"Q2_0", 64, 18}},
 };
 
 enum : uint32_t { kU8, kI8, kU16, kI16, kU32, kI32, kF32, kBool, kString, kArray, kU64, kI64, kF64, kNumValueTypes };
@@ -44,6 +51,10 @@ constexpr const char* kValueTypeNames[] = {"u8", "i8", "u16", "i16", "u32", "i32
                                            "bool", "string", "array", "u64", "i64", "f64"};
 constexpr size_t kScalarSize[] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 constexpr int kMaxArrayDepth = 4;
+// Capacity reserved up front for an array or the tensor list: a count that passed the bytes-left
+// check can still be ~16x larger in memory (a JSON value per u8), so larger containers grow as
+// their elements are actually read.
+constexpr uint64_t kMaxReserve = 1 << 16;
 
 // Sequential little-endian reader over the mapping; every read is bounds-checked and an
 // overrun names what was being read.
@@ -114,7 +125,7 @@ json read_value(Cursor& c, uint32_t type, const std::string& path, const std::st
     fail("{}: {}: array of {} {} elements cannot fit in the {} bytes left in the file", path, what, n,
          kValueTypeNames[et], c.left());
   json arr = json::array();
-  arr.get_ref<json::array_t&>().reserve(size_t(n));
+  arr.get_ref<json::array_t&>().reserve(size_t(std::min(n, kMaxReserve)));
   for (uint64_t i = 0; i < n; ++i) arr.push_back(read_value(c, et, path, what, depth + 1));
   return arr;
 }
@@ -129,7 +140,7 @@ const GgmlTypeTraits* ggml_type_traits(uint32_t type) {
 
 std::string ggml_type_name(uint32_t type) {
   const GgmlTypeTraits* t = ggml_type_traits(type);
-  return t ? t->name : fmt::format("unknown type {}", type);
+  return t ? t->name : fmt::format("type {}", type);
 }
 
 int64_t GgufTensor::numel() const {
@@ -152,8 +163,13 @@ bool GgufFile::looks_like_gguf(const std::string& path) {
 }
 
 std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
+  // Refuse a FIFO, device or directory before opening it (MappedFile checks again on the open
+  // descriptor, which is opened non-blocking, so a file swapped in between cannot hang us either).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) fail("cannot open '{}': {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("'{}' is not a regular file (a GGUF model must be one)", path);
   auto g = std::make_shared<GgufFile>();
-  g->map_ = MappedFile::open(path);  // refuses non-regular files (a FIFO) without blocking
+  g->map_ = MappedFile::open(path);
   const std::string& P = g->map_.path();
   Cursor c(g->map_.data(), g->map_.size(), P);
   c.need(4, "the magic");
@@ -166,16 +182,23 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
          "version)", P, g->version_);
   const uint64_t n_tensors = c.read<uint64_t>("the tensor count");
   const uint64_t n_kv = c.read<uint64_t>("the metadata count");
-  // A key-value pair takes >= 8 (key length) + 4 (type) + 1 bytes; a tensor info >= 8 + 4 + 8 + 4 + 8.
-  if (n_kv > c.left() / 13) fail("{}: metadata count {} cannot fit in a {}-byte file", P, n_kv, g->map_.size());
-  if (n_tensors > c.left() / 32) fail("{}: tensor count {} cannot fit in a {}-byte file", P, n_tensors, g->map_.size());
+  // A key-value pair takes >= 8 (key length) + 1 (a non-empty key) + 4 (type) + 1 (value) bytes; a
+  // tensor info >= 8 + 1 (name) + 4 (n_dims) + 8 (ne[0]) + 4 (type) + 8 (offset). Both lists must
+  // fit in what is left of the file, so absurd counts are refused before anything is reserved.
+  constexpr uint64_t kMinKv = 14, kMinTensorInfo = 33;
+  if (n_kv > c.left() / kMinKv)
+    fail("{}: metadata count {} cannot fit in a {}-byte file", P, n_kv, g->map_.size());
+  if (n_tensors > (c.left() - n_kv * kMinKv) / kMinTensorInfo)
+    fail("{}: tensor count {} cannot fit in a {}-byte file (with {} metadata entries)", P, n_tensors,
+         g->map_.size(), n_kv);
 
   for (uint64_t i = 0; i < n_kv; ++i) {
     const std::string key = c.string(fmt::format("metadata key #{}", i));
+    if (key.empty()) fail("{}: metadata key #{} is empty", P, i);
+    if (g->meta_.contains(key)) fail("{}: metadata key '{}' appears twice", P, key);
     const std::string what = "metadata '" + key + "'";
     const uint32_t type = c.read<uint32_t>(what + " (value type)");
     json v = read_value(c, type, P, what, 0);
-    if (g->meta_.contains(key)) fail("{}: metadata key '{}' appears twice", P, key);
     g->meta_[key] = std::move(v);
     g->meta_types_[key] = type;
   }
@@ -183,37 +206,43 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     if (g->metadata_type("general.alignment") != kU32)
       fail("{}: metadata 'general.alignment' must be a u32, is a {}", P, kValueTypeNames[g->metadata_type("general.alignment")]);
     const uint64_t a = g->meta_.at("general.alignment").get<uint64_t>();
-    if (a == 0 || (a & (a - 1)) != 0 || a > (1u << 20))
-      fail("{}: metadata 'general.alignment' = {} must be a power of two (at most 1 MiB)", P, a);
+    if (a == 0 || (a & (a - 1)) != 0)
+      fail("{}: metadata 'general.alignment' = {} must be a power of two", P, a);
     g->alignment_ = size_t(a);
   }
 
-  g->tensors_.reserve(size_t(n_tensors));
+  g->tensors_.reserve(size_t(std::min(n_tensors, kMaxReserve)));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
     t.name = c.string(fmt::format("tensor #{} name", i));
     const std::string what = "tensor '" + t.name + "'";
     const uint32_t n_dims = c.read<uint32_t>(what + " (n_dims)");
     if (n_dims < 1 || n_dims > 4) fail("{}: {}: n_dims {} (expected 1 to 4)", P, what, n_dims);
-    int64_t numel = 1;
+    // ne is stored as u64 but ggml reads it as int64: above INT64_MAX it is negative. A zero
+    // dimension is valid (an empty tensor, as ggml allows); the product must fit in int64.
+    constexpr uint64_t kMaxNe = uint64_t(std::numeric_limits<int64_t>::max());
+    uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
-      const uint64_t ne = c.read<uint64_t>(what + " (dimensions)");
-      if (ne == 0 || ne > uint64_t(std::numeric_limits<int64_t>::max()) ||
-          uint64_t(numel) > uint64_t(std::numeric_limits<int64_t>::max()) / ne)
-        fail("{}: {}: dimension {} = {} is zero or makes the element count overflow", P, what, d, ne);
-      numel *= int64_t(ne);
+      const uint64_t ne = c.read<uint64_t>(fmt::format("{} (ne[{}])", what, d));
+      if (ne > kMaxNe) fail("{}: {}: ne[{}] = {} is negative as int64", P, what, d, int64_t(ne));
       t.ne.push_back(int64_t(ne));
     }
+    // Every partial product must fit in int64 too: GgufTensor::numel() multiplies in that order.
+    bool overflow = false;
+    for (int64_t ne : t.ne) overflow |= __builtin_mul_overflow(numel, uint64_t(ne), &numel) || numel > kMaxNe;
+    if (overflow)
+      fail("{}: {}: the element count of shape {} overflows int64", P, what, t.shape_str());
     t.type = c.read<uint32_t>(what + " (type)");
     const GgmlTypeTraits* tt = ggml_type_traits(t.type);
     if (!tt) fail("{}: {}: unknown ggml type id {}", P, what, t.type);
     if (t.ne[0] % tt->block_elems != 0)
       fail("{}: {}: row length {} is not a multiple of the {} block size {}", P, what, t.ne[0], tt->name, tt->block_elems);
-    const uint64_t blocks = uint64_t(numel / tt->block_elems);
+    const uint64_t blocks = numel / uint64_t(tt->block_elems);
     if (blocks > std::numeric_limits<uint64_t>::max() / tt->block_bytes)
       fail("{}: {}: byte size overflows", P, what);
     t.nbytes = size_t(blocks * tt->block_bytes);
     t.offset = c.read<uint64_t>(what + " (offset)");
+    if (t.name.empty()) fail("{}: tensor #{} has an empty name", P, i);
     if (g->index_.count(t.name)) fail("{}: tensor '{}' appears twice", P, t.name);
     g->index_[t.name] = g->tensors_.size();
     g->tensors_.push_back(std::move(t));
@@ -234,10 +263,18 @@ std::shared_ptr<GgufFile> GgufFile::open(const std::string& path) {
     t.data = reinterpret_cast<const std::byte*>(g->map_.data() + data_start + t.offset);
     by_offset.push_back(&t);
   }
-  std::sort(by_offset.begin(), by_offset.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
-  for (size_t i = 1; i < by_offset.size(); ++i)
-    if (by_offset[i - 1]->offset + by_offset[i - 1]->nbytes > by_offset[i]->offset)
-      fail("{}: tensors '{}' and '{}' overlap in the data section", P, by_offset[i - 1]->name, by_offset[i]->name);
+  // Overlap: ordered by start, each non-empty tensor must start at or after the previous one's
+  // end (empty tensors occupy no bytes and overlap nothing).
+  std::erase_if(by_offset, [](const GgufTensor* t) { return t->nbytes == 0; });
+  std::sort(by_offset.begin(), by_offset.end(), [](const GgufTensor* a, const GgufTensor* b) {
+    return std::tie(a->offset, a->nbytes) < std::tie(b->offset, b->nbytes);
+  });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor &p = *by_offset[i - 1], &q = *by_offset[i];
+    if (p.offset + p.nbytes > q.offset)
+      fail("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap in the data section", P, p.name, p.offset,
+           p.offset + p.nbytes, q.name, q.offset, q.offset + q.nbytes);
+  }
   return g;
 }
 

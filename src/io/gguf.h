@@ -1,21 +1,25 @@
 // sinkq/io/gguf.h — validated, memory-mapped reader of GGUF files (llama.cpp's model format), v2/v3.
 //
-// Layout (little-endian; big-endian GGUF files are refused by the version check):
+// Layout (little-endian only: this reader runs on little-endian hosts and reads little-endian
+// files; a big-endian GGUF file reads as a huge version and is refused by the version check):
 //   "GGUF" u32 version  u64 n_tensors  u64 n_kv
 //   n_kv ×  { string key; u32 value_type; value }      string = u64 length + bytes (no NUL)
 //   n_tensors × { string name; u32 n_dims; u64 ne[n_dims]; u32 ggml_type; u64 offset }
 //   padding to `general.alignment` (u32, default 32), then the data section; tensor offsets are
 //   relative to it and aligned.
 // Value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string, 9 array
-// (u32 element type + u64 count + elements), 10 u64, 11 i64, 12 f64.
+// (u32 element type + u64 count + elements), 10 u64, 11 i64, 12 f64. Version 1 (u32 counts and
+// lengths) is refused with a "not supported" error.
 //
-// The file comes from strangers, so before anything is used: the file is a regular file (a FIFO
-// would block), every count, string and array length is checked against the bytes left before
-// anything is reserved, arrays nest at most 4 deep, keys and tensor names are unique, n_dims is
-// 1..4, every dimension is positive with an overflow-checked product, the row length is a multiple
-// of the type's block size, the type id is known, the alignment is a power of two, and every
-// tensor lies inside the data section, aligned, without overlapping another. Every error names the
-// file and the key or tensor at fault.
+// The file comes from strangers, so before anything is used: the path is a regular file (a FIFO
+// would block), the metadata and tensor counts and every string and array length are checked
+// against the bytes left in the file before anything is reserved, arrays nest at most 4 deep,
+// value type ids are known, keys are non-empty and unique, tensor names are unique, n_dims is 1..4,
+// every dimension is >= 0 with an overflow-checked product (a zero dimension makes an empty tensor,
+// as in ggml), the row length is a multiple of the type's block size, the type id is known, the
+// alignment is a u32 power of two, and every tensor lies inside the data section (which starts at
+// the aligned end of the header), aligned, without overlapping another. Gaps between tensors and
+// trailing bytes are tolerated. Every error names the file and the key or tensor at fault.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -37,7 +41,9 @@ enum class GgmlType : uint32_t {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22,
   IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
+  // 4, 5 (Q4_2, Q4_3), 31..33 (Q4_0_4_4..) and 36..38 (IQ4_NL_4_4..) are retired in ggml and
+  // unknown here.
 };
 
 struct GgmlTypeTraits {
@@ -45,9 +51,9 @@ struct GgmlTypeTraits {
   int64_t block_elems;  // elements per block (1 for plain types)
   size_t block_bytes;   // bytes per block
 };
-// nullptr for an id this reader does not know.
+// nullptr for an id this reader does not know at all.
 const GgmlTypeTraits* ggml_type_traits(uint32_t type);
-std::string ggml_type_name(uint32_t type);  // "Q4_K", or "unknown type 99"
+std::string ggml_type_name(uint32_t type);  // "Q4_K", or "type 99" for an unknown id
 
 struct GgufTensor {
   std::string name;

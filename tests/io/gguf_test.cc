@@ -83,15 +83,6 @@ struct Files {
   }
 };
 
-template <class F>
-std::string error_of_call(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // Every scalar type, strings with arbitrary bytes, a string array, a nested array, three tensors.
 Writer valid() {
@@ -196,16 +187,16 @@ TEST(Gguf, ReadsEveryMetadataType) {
 
   // Typed getters name the file and the key.
   const std::string p = g->path();
-  EXPECT_THAT(error_of_call([&] { g->get_int("general.architecture"); }),
+  EXPECT_THAT(testing::error_of([&] { g->get_int("general.architecture"); }),
               AllOf(HasSubstr(p), HasSubstr("'general.architecture' must be an integer, is a string")));
-  EXPECT_THAT(error_of_call([&] { g->get_int("f64"); }), HasSubstr("'f64' must be an integer"));
-  EXPECT_THAT(error_of_call([&] { g->get_int("false"); }), HasSubstr("'false' must be an integer, is a bool"));
-  EXPECT_THAT(error_of_call([&] { g->get_float("raw"); }), HasSubstr("'raw' must be a number"));
-  EXPECT_THAT(error_of_call([&] { g->get_string("u8"); }), HasSubstr("'u8' must be a string, is a u8"));
-  EXPECT_THAT(error_of_call([&] { g->get_string("nested"); }), HasSubstr("'nested' must be a string, is a array"));
-  EXPECT_THAT(error_of_call([&] { g->get_string("nope"); }), AllOf(HasSubstr(p), HasSubstr("'nope' is missing")));
-  EXPECT_THAT(error_of_call([&] { g->get_int("nope"); }), HasSubstr("'nope' is missing"));
-  EXPECT_THAT(error_of_call([&] { g->get_float("nope"); }), HasSubstr("'nope' is missing"));
+  EXPECT_THAT(testing::error_of([&] { g->get_int("f64"); }), HasSubstr("'f64' must be an integer"));
+  EXPECT_THAT(testing::error_of([&] { g->get_int("false"); }), HasSubstr("'false' must be an integer, is a bool"));
+  EXPECT_THAT(testing::error_of([&] { g->get_float("raw"); }), HasSubstr("'raw' must be a number"));
+  EXPECT_THAT(testing::error_of([&] { g->get_string("u8"); }), HasSubstr("'u8' must be a string, is a u8"));
+  EXPECT_THAT(testing::error_of([&] { g->get_string("nested"); }), HasSubstr("'nested' must be a string, is a array"));
+  EXPECT_THAT(testing::error_of([&] { g->get_string("nope"); }), AllOf(HasSubstr(p), HasSubstr("'nope' is missing")));
+  EXPECT_THAT(testing::error_of([&] { g->get_int("nope"); }), HasSubstr("'nope' is missing"));
+  EXPECT_THAT(testing::error_of([&] { g->get_float("nope"); }), HasSubstr("'nope' is missing"));
 }
 
 TEST(Gguf, TensorsOffsetsAndData) {
@@ -504,9 +495,9 @@ TEST(Gguf, NotARegularFileIsAnErrorNotAHang) {
   const std::string p = d.file("pipe.gguf");
   ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
   EXPECT_FALSE(GgufFile::looks_like_gguf(p));
-  EXPECT_THAT(error_of_call([&] { GgufFile::open(p); }), AllOf(HasSubstr(p), HasSubstr("not a regular file")));
-  EXPECT_THAT(error_of_call([&] { GgufFile::open(d.file("")); }), HasSubstr("not a regular file"));  // a directory
-  EXPECT_THAT(error_of_call([&] { GgufFile::open(d.file("missing.gguf")); }), HasSubstr("missing.gguf"));
+  EXPECT_THAT(testing::error_of([&] { GgufFile::open(p); }), AllOf(HasSubstr(p), HasSubstr("not a regular file")));
+  EXPECT_THAT(testing::error_of([&] { GgufFile::open(d.file("")); }), HasSubstr("not a regular file"));  // a directory
+  EXPECT_THAT(testing::error_of([&] { GgufFile::open(d.file("missing.gguf")); }), HasSubstr("missing.gguf"));
   EXPECT_FALSE(GgufFile::looks_like_gguf(d.file("missing.gguf")));
   EXPECT_FALSE(GgufFile::looks_like_gguf(d.file("")));
   Files f;

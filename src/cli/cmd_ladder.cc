@@ -1,6 +1,6 @@
 // sinkq ladder -m DIR -f TEXT --calib FILE --bits w4a4kv4|w4a8kv4|w8a8kv8 [--ctx N] [--max-windows K]
 //              [--tables table6,table2,intactkv] [--prefix SPEC] [--rotate-seed S]
-//              [--calib-samples N] [--calib-len L] [--calib-seed S] [--json]
+//              [--intactkv-prompt SPEC] [--calib-samples N] [--calib-len L] [--calib-seed S] [--json]
 // The ablations of PrefixQuant and IntactKV on one model, every row scored on the same targets
 // (the `prefix` protocol of eval/ppl.h) with perplexity and KLD against the full-precision model:
 //   table6    PrefixQuant Table 6: RTN dynamic per-token → + rotation → + grid search (weight clip)
@@ -8,17 +8,24 @@
 //             + prefixed outliers (the --prefix tokens, full-precision KV, calibration behind them)
 //   table2    PrefixQuant Table 2 analogue: W16A<a> static per-tensor and W16A16KV<kv> static
 //             per-head (per-tensor at 8 bits): original / + rotation / + prefix
-//   intactkv  IntactKV Table 1 / 6 analogues: W3 g128 RTN and W4A4 (dynamic) + rotation, each
-//             without / with IntactKV[B] (prefix [BOS]: KV from the quantized model / full precision)
+//   intactkv  IntactKV Table 1 / 6 analogues: W3 g128 RTN, W4A4 (dynamic) + rotation and the --bits
+//             setting (dynamic per-token / per-head) + rotation, each without / with IntactKV[B]
+//             (prefix [BOS]: KV from the quantized model / full precision) and, with
+//             --intactkv-prompt, behind [P] (the prompt's KV from the quantized model) / IntactKV[P]
+//             (the prompt's KV in full precision), after the fp model behind [P]
 // A row "without a prefix" is the quantized model reading [BOS] itself: prefix [BOS] with source
 // quant (quant/sim.h PrefixSim), which is exactly the plain quantized model on [BOS] + window and
 // scores the same targets as the prefixed rows. The KLD reference is one and the same for every
-// row: the full-precision model behind a full-precision [BOS] (= the fp model on [BOS] + window).
+// row: the full-precision model behind a full-precision [BOS] (= the fp model on [BOS] + window);
+// for the rows behind the IntactKV[P] prompt, the fp model behind the fp prompt.
+// Every row also gives its mean per-window NLL difference to the fp row with the paired standard
+// error over the windows (eval/ppl.h paired_nll_diff): a difference below ~2 s.e. is noise.
 #include <fmt/format.h>
 
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -38,7 +45,11 @@ struct Row {
   std::string table, name;
   quant::SimConfig cfg;
   // The prefix of the row: none = [BOS] computed by the quantized model itself (plain model).
-  enum class Prefix { Inline, Bos, Found } prefix = Prefix::Inline;
+  // Bos / Prompt: IntactKV[B] / [P], the [BOS] / --intactkv-prompt KV from the fp model; Found: the
+  // --prefix tokens in fp; PromptQuant: the prompt's KV computed by the quantized model (the
+  // baseline of IntactKV[P]).
+  enum class Prefix { Inline, Bos, Found, Prompt, PromptQuant } prefix = Prefix::Inline;
+  bool behind_prompt() const { return prefix == Prefix::Prompt || prefix == Prefix::PromptQuant; }
 };
 
 struct Bits {
@@ -64,7 +75,7 @@ void set_static(quant::SimConfig& c, bool acts, bool kv) {
   }
 }
 
-std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tables, uint64_t seed) {
+std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tables, uint64_t seed, bool prompt) {
   auto want = [&](const char* t) { return std::find(tables.begin(), tables.end(), t) != tables.end(); };
   std::vector<Row> rows;
   quant::SimConfig fp;
@@ -109,15 +120,25 @@ std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tabl
     c.w.bits = 3;
     c.w.group = 128;
     c.w.symmetric = false;  // IntactKV's weight-only RTN baseline is asymmetric g128 (AWQ / GPTQ convention)
-    rows.push_back({"intactkv", "W3 g128 RTN", c, Row::Prefix::Inline});
-    rows.push_back({"intactkv", "W3 g128 RTN + IntactKV[B]", c, Row::Prefix::Bos});
+    if (prompt) rows.push_back({"intactkv", "full precision behind [P]", quant::SimConfig{}, Row::Prefix::Prompt});
+    auto three = [&](const std::string& name, const quant::SimConfig& cfg) {
+      rows.push_back({"intactkv", name, cfg, Row::Prefix::Inline});
+      rows.push_back({"intactkv", name + " + IntactKV[B]", cfg, Row::Prefix::Bos});
+      if (!prompt) return;
+      rows.push_back({"intactkv", name + " behind [P]", cfg, Row::Prefix::PromptQuant});
+      rows.push_back({"intactkv", name + " + IntactKV[P]", cfg, Row::Prefix::Prompt});
+    };
+    three("W3 g128 RTN", c);
     quant::SimConfig d;
     d.w.bits = 4;
     d.a.bits = 4;
     d.rotate.on = true;
     d.rotate.seed = seed;
-    rows.push_back({"intactkv", "W4A4 + rotation", d, Row::Prefix::Inline});
-    rows.push_back({"intactkv", "W4A4 + rotation + IntactKV[B]", d, Row::Prefix::Bos});
+    three("W4A4 + rotation", d);
+    d.w.bits = b.w;
+    d.a.bits = b.a;
+    d.kv.bits = b.kv;
+    three(fmt::format("W{}A{}KV{} + rotation", b.w, b.a, b.kv), d);
   }
   return rows;
 }
@@ -134,7 +155,7 @@ std::vector<std::string> split_list(const std::string& s) {
 
 void register_ladder(CLI::App& app) {
   struct Opts : CommonFlags {
-    std::string file, calib, bits = "w4a4kv4", prefix = "auto", tables = "table6,table2,intactkv";
+    std::string file, calib, bits = "w4a4kv4", prefix = "auto", tables = "table6,table2,intactkv", prompt;
     int64_t ctx = 0, max_windows = 0, calib_samples = 8, calib_len = 0;
     uint64_t calib_seed = 0, rotate_seed = 0;
     double eta = 64.0;
@@ -153,6 +174,9 @@ void register_ladder(CLI::App& app) {
   cmd->add_option("--prefix", o->prefix, "The prefix of the '+ prefix' rows: auto (PrefixQuant §5.1) | bos | ids:.. | text:..")
       ->capture_default_str();
   cmd->add_option("--prefix-eta", o->eta, "--prefix auto: outlier threshold eta")->capture_default_str();
+  cmd->add_option("--intactkv-prompt", o->prompt,
+                  "The [P] of the IntactKV[P] rows, a --prefix spec (e.g. system:TEXT, the chat template's system "
+                  "turn; text:..; ids:..); none: no [P] rows");
   cmd->add_option("--rotate-seed", o->rotate_seed, "Seed of the random Hadamard signs")->capture_default_str();
   cmd->add_option("--calib-samples", o->calib_samples, "Calibration samples N")->capture_default_str();
   cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration sample incl. BOS (default min(512, max positions))");
@@ -169,6 +193,12 @@ void register_ladder(CLI::App& app) {
     SINKQ_CHECK(o->calib_samples >= 1, "--calib-samples must be >= 1, got {}", o->calib_samples);
     SINKQ_CHECK(o->eta > 0, "--prefix-eta must be > 0 (got {})", o->eta);
     const PrefixSpec pspec = parse_prefix_spec(o->prefix);
+    std::optional<PrefixSpec> prompt_spec;
+    if (!o->prompt.empty()) {
+      prompt_spec = parse_prefix_spec(o->prompt);
+      SINKQ_CHECK(prompt_spec->kind != PrefixSpec::Kind::Auto,
+                  "--intactkv-prompt {}: the prompt is given, not found (system:TEXT, text:.., ids:.. or bos)", o->prompt);
+    }
     const auto model = Model::load(o->model);
     const auto tok = Tokenizer::load(o->model);
     SINKQ_CHECK(tok->bos_id() >= 0, "the ladder compares rows behind a [BOS] prefix, and this tokenizer has no BOS");
@@ -196,10 +226,17 @@ void register_ladder(CLI::App& app) {
       found = prefix_tokens(pspec, *tok, o->model);
     }
     SINKQ_CHECK(!found.empty(), "--prefix {} gives no tokens", o->prefix);
+    std::vector<int32_t> prompt;
+    if (prompt_spec) {
+      prompt = prefix_tokens(*prompt_spec, *tok, o->model);
+      SINKQ_CHECK(!prompt.empty(), "--intactkv-prompt {} gives no tokens", o->prompt);
+      prefix_json["intactkv_prompt"] = {{"spec", o->prompt}, {"tokens", prompt}, {"text", tokens_text(prompt, *tok)}};
+      std::fprintf(stderr, "ladder: IntactKV[P] %s: %zu tokens\n", o->prompt.c_str(), prompt.size());
+    }
     prefix_json["tokens"] = found;
     prefix_json["text"] = tokens_text(found, *tok);
     std::fprintf(stderr, "ladder: prefix %s: %s\n", o->prefix.c_str(), tokens_text(found, *tok).c_str());
-    const int64_t Pmax = std::max<int64_t>(1, int64_t(found.size()));
+    const int64_t Pmax = std::max<int64_t>({1, int64_t(found.size()), int64_t(prompt.size())});
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos - Pmax);
     SINKQ_CHECK(ctx >= 2, "--ctx must be at least 2 (got {})", ctx);
     SINKQ_CHECK(ctx + Pmax <= max_pos,
@@ -221,13 +258,23 @@ void register_ladder(CLI::App& app) {
     // The one KLD reference: the fp model behind an fp [BOS].
     Forward ref(model, ctx);
     ref.set_prefix(KvPrefix::compute(model, {int32_t(tok->bos_id())}));
+    // The rows behind [P] against the fp model behind the same [P].
+    std::unique_ptr<Forward> ref_prompt;
+    if (!prompt.empty()) {
+      ref_prompt = std::make_unique<Forward>(model, ctx);
+      ref_prompt->set_prefix(KvPrefix::compute(model, prompt));
+    }
 
-    const std::vector<Row> rows = ladder_rows(bits, tables, o->rotate_seed);
+    const std::vector<Row> rows = ladder_rows(bits, tables, o->rotate_seed, !prompt.empty());
     nlohmann::json jrows = nlohmann::json::array();
     struct Printed {
       std::string table, name, desc;
       double ppl, kld;
+      PairedDiff diff;
     };
+    // The references of the NLL differences: rows[0] (fp behind [BOS]), and for the rows behind
+    // [P] the fp model behind [P] (the prompt changes the text's context, in fp too).
+    PplResult fp_result, fp_prompt_result;
     std::vector<Printed> printed;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];
@@ -237,10 +284,11 @@ void register_ladder(CLI::App& app) {
       cfg.calib.len = len;
       cfg.calib.seed = o->calib_seed;
       cfg.prefix.bos_id = tok->bos_id();
-      if (row.prefix == Row::Prefix::Found) {
-        cfg.prefix.spec = o->prefix;
-        cfg.prefix.tokens = found;
-        cfg.prefix.source = quant::PrefixSim::Source::Fp;
+      if (row.prefix == Row::Prefix::Found || row.behind_prompt()) {
+        cfg.prefix.spec = row.behind_prompt() ? o->prompt : o->prefix;
+        cfg.prefix.tokens = row.behind_prompt() ? prompt : found;
+        cfg.prefix.source = row.prefix == Row::Prefix::PromptQuant && cfg.any() ? quant::PrefixSim::Source::Quant
+                                                                                 : quant::PrefixSim::Source::Fp;
       } else {
         cfg.prefix.spec = "bos";
         cfg.prefix.tokens = {int32_t(tok->bos_id())};
@@ -266,9 +314,13 @@ void register_ladder(CLI::App& app) {
       po.progress = [&](int64_t d, int64_t t, double p) {
         progress(stage_prefix + "window", d, t, fmt::format("ppl {:.4f}", p));
       };
-      const PplResult r = perplexity(fwd, toks, po, &ref);
+      const PplResult r = perplexity(fwd, toks, po, row.behind_prompt() ? ref_prompt.get() : &ref);
       const std::string desc = sim.describe();
-      printed.push_back({row.table, row.name, cfg.describe(), r.ppl, r.kld});
+      if (i == 0) fp_result = r;
+      if (row.behind_prompt() && !cfg.any()) fp_prompt_result = r;
+      const bool vs_prompt = row.behind_prompt() && !fp_prompt_result.window_nll.empty();
+      const PairedDiff diff = paired_nll_diff(r, vs_prompt ? fp_prompt_result : fp_result);
+      printed.push_back({row.table, row.name, cfg.describe(), r.ppl, r.kld, diff});
       jrows.push_back({{"table", row.table},
                        {"name", row.name},
                        {"ppl", r.ppl},
@@ -276,6 +328,10 @@ void register_ladder(CLI::App& app) {
                        {"kld", r.kld},
                        {"tokens_scored", r.tokens_scored},
                        {"windows", r.windows},
+                       {"window_nll", r.window_nll},
+                       {"delta_nll_vs_fp", diff.mean},
+                       {"delta_nll_se", diff.se},
+                       {"delta_reference", vs_prompt ? "full precision behind [P]" : "full precision"},
                        {"describe", desc},
                        {"config", sim.to_json()}});
     }
@@ -301,10 +357,12 @@ void register_ladder(CLI::App& app) {
                             : p.table == "table6" ? "PrefixQuant Table 6 ladder"
                             : p.table == "table2" ? "PrefixQuant Table 2 analogue"
                                                   : "IntactKV (Table 1 / 6 analogues)";
-        fmt::print("\n{} ({})\n{:<40} {:>10} {:>10}  config\n", title, o->bits, "row", "ppl", "KLD");
+        fmt::print("\n{} ({})\n{:<44} {:>10} {:>10} {:>20}  config\n", title, o->bits, "row", "ppl", "KLD",
+                   "dNLL vs fp +- s.e.");
         last = p.table;
       }
-      fmt::print("{:<40} {:>10.4f} {:>10.5f}  {}\n", p.name, p.ppl, p.kld, p.desc);
+      fmt::print("{:<44} {:>10.4f} {:>10.5f} {:>+11.4f} +- {:<6.4f}  {}\n", p.name, p.ppl, p.kld, p.diff.mean,
+                 p.diff.se, p.desc);
     }
   });
 }

@@ -138,4 +138,22 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
   return r;
 }
 
+PairedDiff paired_nll_diff(const PplResult& a, const PplResult& ref) {
+  SINKQ_CHECK(a.window_nll.size() == ref.window_nll.size() && !a.window_nll.empty(),
+              "paired NLL difference: {} windows against {} (the same windows are needed)", a.window_nll.size(),
+              ref.window_nll.size());
+  PairedDiff d;
+  d.windows = int64_t(a.window_nll.size());
+  for (size_t i = 0; i < a.window_nll.size(); ++i) d.mean += a.window_nll[i] - ref.window_nll[i];
+  d.mean /= double(d.windows);
+  if (d.windows < 2) return d;
+  double ss = 0;
+  for (size_t i = 0; i < a.window_nll.size(); ++i) {
+    const double e = a.window_nll[i] - ref.window_nll[i] - d.mean;
+    ss += e * e;
+  }
+  d.se = std::sqrt(ss / double(d.windows - 1) / double(d.windows));
+  return d;
+}
+
 }  // namespace sinkq

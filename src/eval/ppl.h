@@ -73,4 +73,13 @@ double token_nll(const float* logits, int64_t vocab, int32_t target);
 // (the true value is >= 0 by Gibbs' inequality).
 double token_kld(const float* p_logits, const float* q_logits, int64_t vocab);
 
+// The mean per-window NLL difference of `a` to `ref`, scored on the same windows, and its
+// standard error (paired: the windows' differences, sample s.d. / sqrt(n); 0 with one window).
+// Pairing removes the windows' own difficulty, which dominates the unpaired spread.
+struct PairedDiff {
+  double mean = 0, se = 0;
+  int64_t windows = 0;
+};
+PairedDiff paired_nll_diff(const PplResult& a, const PplResult& ref);
+
 }  // namespace sinkq

@@ -171,26 +171,55 @@ TEST(CliPrefix, GenerateBehindABosPrefix) {
 TEST(CliPrefix, LadderRowsShareTargetsAndReference) {
   const RunResult r = run({"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text(), "--bits", "w4a8kv4",
                            "--ctx", "64", "--max-windows", "2", "--calib-samples", "2", "--calib-len", "32", "--tables",
-                           "table6,intactkv", "--json"});
+                           "table6,intactkv", "--intactkv-prompt", "text:Once upon a time", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const json j = json::parse(r.out);
   EXPECT_EQ(j.at("protocol"), "prefix");
   const json& rows = j.at("rows");
-  ASSERT_EQ(rows.size(), 1u + 5u + 4u);  // fp, Table 6 (5), IntactKV (4)
+  ASSERT_EQ(rows.size(), 1u + 5u + 13u);  // fp, Table 6 (5), IntactKV (fp behind [P]; 3 settings x 4)
   EXPECT_EQ(rows[0].at("kld").get<double>(), 0.0);  // fp behind an fp [BOS] is the reference itself
+  EXPECT_EQ(rows[0].at("delta_nll_vs_fp").get<double>(), 0.0);
+  EXPECT_EQ(rows[6].at("name"), "full precision behind [P]");
+  EXPECT_EQ(rows[6].at("kld").get<double>(), 0.0);  // the reference of the rows behind [P]
   for (const auto& row : rows) {
     EXPECT_EQ(row.at("tokens_scored"), rows[0].at("tokens_scored")) << row.at("name");
+    const bool behind_prompt = row.at("delta_reference") == "full precision behind [P]";
+    EXPECT_EQ(behind_prompt, row.at("name").get<std::string>().find("[P]") != std::string::npos) << row.at("name");
+    const auto& ref_nll = behind_prompt ? rows[6].at("window_nll") : rows[0].at("window_nll");
+    const auto fp_nll = ref_nll.get<std::vector<double>>();
     EXPECT_GT(row.at("ppl").get<double>(), 1.0) << row.at("name");
+    // The reported difference is the mean of the per-window differences to its fp row, and its
+    // standard error that of those differences (2 windows: |d0 - d1| / 2).
+    const auto nll = row.at("window_nll").get<std::vector<double>>();
+    ASSERT_EQ(nll.size(), 2u) << row.at("name");
+    const double d0 = nll[0] - fp_nll[0], d1 = nll[1] - fp_nll[1];
+    EXPECT_NEAR(row.at("delta_nll_vs_fp").get<double>(), (d0 + d1) / 2, 1e-12) << row.at("name");
+    EXPECT_NEAR(row.at("delta_nll_se").get<double>(), std::abs(d0 - d1) / 2, 1e-12) << row.at("name");
   }
   EXPECT_EQ(rows[1].at("name"), "RTN, dynamic per-token");
   EXPECT_EQ(rows[5].at("name"), "+ prefixed outliers");
   EXPECT_EQ(rows[5].at("config").at("prefix").at("source"), "fp");
   EXPECT_EQ(rows[4].at("config").at("prefix").at("source"), "quant");  // + static: [BOS] inline
   EXPECT_EQ(rows[4].at("config").at("activations").at("mode"), "static");
-  EXPECT_EQ(rows[7].at("name"), "W3 g128 RTN + IntactKV[B]");
-  EXPECT_EQ(rows[6].at("config").at("prefix").at("source"), "quant");
-  EXPECT_EQ(rows[7].at("config").at("prefix").at("source"), "fp");
-  EXPECT_NE(r.err.find("ladder: [10/10]"), std::string::npos) << r.err;  // progress on stderr
+  EXPECT_EQ(rows[8].at("name"), "W3 g128 RTN + IntactKV[B]");
+  EXPECT_EQ(rows[7].at("config").at("prefix").at("source"), "quant");
+  EXPECT_EQ(rows[8].at("config").at("prefix").at("source"), "fp");
+  // Behind [P] / IntactKV[P]: the prompt's tokens from the quantized / fp model, for each setting.
+  const auto prompt = j.at("prefix").at("intactkv_prompt").at("tokens");
+  EXPECT_GT(prompt.size(), 1u);
+  for (size_t i : {9u, 13u, 17u}) {
+    EXPECT_NE(rows[i].at("name").get<std::string>().find("behind [P]"), std::string::npos) << rows[i].at("name");
+    EXPECT_EQ(rows[i].at("config").at("prefix").at("source"), "quant");
+    EXPECT_EQ(rows[i].at("config").at("prefix").at("tokens"), prompt);
+    EXPECT_NE(rows[i + 1].at("name").get<std::string>().find("IntactKV[P]"), std::string::npos) << rows[i + 1].at("name");
+    EXPECT_EQ(rows[i + 1].at("config").at("prefix").at("source"), "fp");
+    EXPECT_EQ(rows[i + 1].at("config").at("prefix").at("tokens"), prompt);
+  }
+  EXPECT_EQ(rows[15].at("name"), "W4A8KV4 + rotation");  // the --bits setting, dynamic
+  EXPECT_EQ(rows[15].at("config").at("kv").at("bits"), 4);
+  EXPECT_NE(r.err.find("ladder: [19/19]"), std::string::npos) << r.err;  // progress on stderr
+  expect_error(run({"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text(), "--intactkv-prompt", "auto"}),
+               {"--intactkv-prompt", "auto"});
   expect_error(run({"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text(), "--bits", "w2a2"}), {"--bits", "w2a2"});
   expect_error(run({"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text(), "--tables", "table9"}),
                {"--tables", "table9"});

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "kernels/ops.h"
+#include "kernels/ref_attention.h"
 
 namespace sinkq::ref {
 
@@ -79,36 +80,15 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
 
 void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
                const float* v_cache, int64_t n_past, int64_t T, float* out) {
-  const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, group = H / Hkv;
-  const int64_t P = prefix.rows;
-  const double scale = double(float(1.0 / std::sqrt(double(D))));  // the fp32 scale, as HF
+  const int64_t P = prefix.rows, row = int64_t(s.n_kv_heads) * s.head_dim;
   // Absolute position j: prefix row j (j < P) or cache row j - P.
-  auto krow = [&](int64_t j, int g) { return (j < P ? prefix.k + j * Hkv * D : k_cache + (j - P) * Hkv * D) + g * D; };
-  auto vrow = [&](int64_t j, int g) { return (j < P ? prefix.v + j * Hkv * D : v_cache + (j - P) * Hkv * D) + g * D; };
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t hi = P + n_past + t;
-    const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
-    for (int h = 0; h < H; ++h) {
-      const float* qv = q + (t * H + h) * D;
-      const int g = h / group;
-      std::vector<double> p(size_t(hi - lo + 1));
-      double m = -INFINITY;
-      for (int64_t j = lo; j <= hi; ++j) {
-        const float* kv = krow(j, g);
-        double acc = 0.0;
-        for (int d = 0; d < D; ++d) acc += double(qv[d]) * double(kv[d]);
-        p[j - lo] = acc * scale;
-        m = std::max(m, p[j - lo]);
-      }
-      double sum = 0.0;
-      for (double& v : p) sum += v = std::exp(v - m);
-      for (int d = 0; d < D; ++d) {
-        double acc = 0.0;
-        for (int64_t j = lo; j <= hi; ++j) acc += p[j - lo] * double(vrow(j, g)[d]);
-        out[(t * H + h) * D + d] = float(acc / sum);
-      }
-    }
-  }
+  attention_over(s, q, P, n_past, T,
+                 [&](bool value, int64_t j, int g, int d) {
+                   const float* base = j < P ? (value ? prefix.v : prefix.k) + j * row
+                                             : (value ? v_cache : k_cache) + (j - P) * row;
+                   return double(base[g * s.head_dim + d]);
+                 },
+                 out);
 }
 
 }  // namespace sinkq::ref

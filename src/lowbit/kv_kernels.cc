@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "kernels/kernel_table.h"
+#include "kernels/ref_attention.h"
 
 namespace sinkq::lowbit {
 
@@ -291,40 +292,18 @@ namespace ref {
 void attention_packed(const AttnShape& s, const float* q, const KvSegment& prefix, const PackedKvCache& c,
                       int layer, int64_t n_past, int64_t T, float* out) {
   check_call(s, prefix, c, layer, n_past, T);
-  const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, group = H / Hkv;
+  const int Hkv = s.n_kv_heads, D = s.head_dim;
   const int64_t P = prefix.rows;
-  const double scale = double(float(1.0 / std::sqrt(double(D))));  // the fp32 scale, as ops_ref
   // Element d of absolute position j (prefix: fp32; body: s_j·l_jd, exact in double).
-  auto elem = [&](bool value, int64_t j, int g, int d) -> double {
-    if (j < P) return double((value ? prefix.v : prefix.k)[j * Hkv * D + g * D + d]);
-    const KvRows r = c.rows(layer, value, g);
-    const int64_t b = j - P;
-    const int l = detail::kv_code(r.codes + b * r.ld, d, r.bits) - detail::kv_zc(r, b);
-    return double(r.scale[b * r.ls]) * double(l);
-  };
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t hi = P + n_past + t;
-    const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
-    for (int h = 0; h < H; ++h) {
-      const float* qv = q + (t * H + h) * D;
-      const int g = h / group;
-      std::vector<double> p(size_t(hi - lo + 1));
-      double m = -INFINITY;
-      for (int64_t j = lo; j <= hi; ++j) {
-        double a = 0.0;
-        for (int d = 0; d < D; ++d) a += double(qv[d]) * elem(false, j, g, d);
-        p[size_t(j - lo)] = a * scale;
-        m = std::max(m, p[size_t(j - lo)]);
-      }
-      double sum = 0.0;
-      for (double& v : p) sum += v = std::exp(v - m);
-      for (int d = 0; d < D; ++d) {
-        double a = 0.0;
-        for (int64_t j = lo; j <= hi; ++j) a += p[size_t(j - lo)] * elem(true, j, g, d);
-        out[(t * H + h) * D + d] = float(a / sum);
-      }
-    }
-  }
+  sinkq::ref::attention_over(s, q, P, n_past, T,
+                             [&](bool value, int64_t j, int g, int d) -> double {
+                               if (j < P) return double((value ? prefix.v : prefix.k)[j * Hkv * D + g * D + d]);
+                               const KvRows r = c.rows(layer, value, g);
+                               const int64_t b = j - P;
+                               const int l = detail::kv_code(r.codes + b * r.ld, d, r.bits) - detail::kv_zc(r, b);
+                               return double(r.scale[b * r.ls]) * double(l);
+                             },
+                             out);
 }
 
 }  // namespace ref

@@ -424,13 +424,9 @@ void weight_bytes(const Model& m, int64_t& decode, int64_t& total) {
   const ModelConfig& c = m.config();
   decode = mat_bytes(w.lm_head);
   for (const LayerWeights& l : w.layers) {
-    const std::pair<const Mat*, const LinearImpl*> lin[7] = {
-        {&l.wq, l.impl.q.get()},     {&l.wk, l.impl.k.get()},  {&l.wv, l.impl.v.get()},
-        {&l.wo, l.impl.o.get()},     {&l.w_gate, l.impl.gate.get()}, {&l.w_up, l.impl.up.get()},
-        {&l.w_down, l.impl.down.get()}};
-    for (auto [mat, impl] : lin) {
-      const auto* pl = dynamic_cast<const runtime::PackedLinear*>(impl);
-      decode += pl ? int64_t(pl->bytes()) : mat_bytes(*mat);
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const auto* pl = dynamic_cast<const runtime::PackedLinear*>(l.impl_of(i).get());
+      decode += pl ? int64_t(pl->bytes()) : mat_bytes(l.mat(i));
     }
   }
   const bool tied = w.lm_head.data == w.embed.data;

@@ -54,8 +54,6 @@ namespace sinkq {
 inline constexpr std::array<Site, 9> kAnalyzedSites = {Site::AttnIn, Site::Q,     Site::KPreRope,
                                                        Site::K,      Site::V,     Site::OIn,
                                                        Site::MlpIn,  Site::DownIn, Site::Out};
-// The inputs of the linear layers, where activations are quantized (kernel statistics).
-inline constexpr std::array<Site, 4> kLinearInputSites = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
 
 // Token-wise maximum |x| of every row of x[rows, cols]: out[rows].
 void token_max(const float* x, int64_t rows, int64_t cols, float* out);

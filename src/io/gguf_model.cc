@@ -190,7 +190,7 @@ ModelFiles ModelFiles::load_gguf(const std::string& path) {
 
   ModelWeights& w = m.weights;
   GgufLoader ld(*g, w);
-  const int64_t hidden = cfg.hidden_size, inter = cfg.intermediate_size, vocab = cfg.vocab_size;
+  const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
   // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); qwen2
   // files keep the HF order (rope type "neox" = rotate_half).
@@ -201,19 +201,20 @@ ModelFiles ModelFiles::load_gguf(const std::string& path) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("blk.{}.", i);
     L.attn_norm = ld.vec(p + "attn_norm.weight", hidden);
-    L.wq = ld.mat(p + "attn_q.weight", q_dim, hidden, permuted ? cfg.num_heads : 0);
-    L.wk = ld.mat(p + "attn_k.weight", kv_dim, hidden, permuted ? cfg.num_kv_heads : 0);
-    L.wv = ld.mat(p + "attn_v.weight", kv_dim, hidden);
-    L.wo = ld.mat(p + "attn_output.weight", hidden, q_dim);
+    for (const LinearRoleInfo& r : kLinearRoles) {
+      // q / k rows un-permuted per head (llama.cpp's layout to rotate_half's); 0: as stored.
+      const int heads = !permuted                    ? 0
+                        : r.role == LinearRole::Q ? cfg.num_heads
+                        : r.role == LinearRole::K ? cfg.num_kv_heads
+                                                  : 0;
+      L.mat(int(r.role)) = ld.mat(p + r.gguf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg), heads);
+    }
     if (cfg.qkv_bias) {
       L.bq = ld.vec(p + "attn_q.bias", q_dim);
       L.bk = ld.vec(p + "attn_k.bias", kv_dim);
       L.bv = ld.vec(p + "attn_v.bias", kv_dim);
     }
     L.mlp_norm = ld.vec(p + "ffn_norm.weight", hidden);
-    L.w_gate = ld.mat(p + "ffn_gate.weight", inter, hidden);
-    L.w_up = ld.mat(p + "ffn_up.weight", inter, hidden);
-    L.w_down = ld.mat(p + "ffn_down.weight", hidden, inter);
   }
   w.final_norm = ld.vec("output_norm.weight", hidden);
   w.lm_head = cfg.tie_word_embeddings ? w.embed : ld.mat("output.weight", vocab, hidden);

@@ -117,7 +117,7 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
   ModelWeights w;
   w.store = TensorStore::open_dir(dir);
   Loader ld(w, dir);
-  const int64_t hidden = cfg.hidden_size, inter = cfg.intermediate_size, vocab = cfg.vocab_size;
+  const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
 
   w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
@@ -126,19 +126,14 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
     L.attn_norm = ld.vec(p + "input_layernorm.weight", hidden);
-    L.wq = ld.mat(p + "self_attn.q_proj.weight", q_dim, hidden);
-    L.wk = ld.mat(p + "self_attn.k_proj.weight", kv_dim, hidden);
-    L.wv = ld.mat(p + "self_attn.v_proj.weight", kv_dim, hidden);
-    L.wo = ld.mat(p + "self_attn.o_proj.weight", hidden, q_dim);
+    for (const LinearRoleInfo& r : kLinearRoles)
+      L.mat(int(r.role)) = ld.mat(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
     if (cfg.qkv_bias) {
       L.bq = ld.vec(p + "self_attn.q_proj.bias", q_dim);
       L.bk = ld.vec(p + "self_attn.k_proj.bias", kv_dim);
       L.bv = ld.vec(p + "self_attn.v_proj.bias", kv_dim);
     }
     L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", hidden);
-    L.w_gate = ld.mat(p + "mlp.gate_proj.weight", inter, hidden);
-    L.w_up = ld.mat(p + "mlp.up_proj.weight", inter, hidden);
-    L.w_down = ld.mat(p + "mlp.down_proj.weight", hidden, inter);
   }
   w.final_norm = ld.vec("model.norm.weight", hidden);
 
@@ -152,6 +147,16 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
   }
   ld.reject_unused(cfg);
   return w;
+}
+
+int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c) {
+  switch (d) {
+    case LinearRoleInfo::Dim::Hidden: return c.hidden_size;
+    case LinearRoleInfo::Dim::Q: return c.q_dim();
+    case LinearRoleInfo::Dim::Kv: return c.kv_dim();
+    case LinearRoleInfo::Dim::Inter: return c.intermediate_size;
+  }
+  return 0;
 }
 
 const float* ModelWeights::own(std::vector<float> v) {

@@ -39,6 +39,35 @@ struct LinearImpl {
   virtual size_t bytes() const = 0;           // weight bytes it reads per call (codes, scales, zeros)
 };
 
+// The seven linear roles of a decoder layer, in forward order: one table for every loop over
+// them (loaders, simulator, calibration, packing, artifact, bench). `input` is the activation that
+// feeds the role, an index into the four linear inputs attn_in, o_in, mlp_in, down_in
+// (model/sites.h kLinearInputSites). Shapes are [out, in] in units of the config's dimensions.
+enum class LinearRole : uint8_t { Q, K, V, O, Gate, Up, Down };
+inline constexpr int kNumLinearRoles = 7;
+struct LinearRoleInfo {
+  enum class Dim : uint8_t { Hidden, Q, Kv, Inter };
+  LinearRole role;
+  const char* name;  // "q_proj": the reports' and the simulator's name
+  const char* hf;    // "self_attn.q_proj": model.layers.N.<hf>.weight in HF checkpoints and artifacts
+  const char* gguf;  // "attn_q": blk.N.<gguf>.weight in GGUF files
+  int input;         // 0 attn_in, 1 o_in, 2 mlp_in, 3 down_in
+  Dim out, in;
+};
+inline constexpr LinearRoleInfo kLinearRoles[kNumLinearRoles] = {
+    {LinearRole::Q, "q_proj", "self_attn.q_proj", "attn_q", 0, LinearRoleInfo::Dim::Q, LinearRoleInfo::Dim::Hidden},
+    {LinearRole::K, "k_proj", "self_attn.k_proj", "attn_k", 0, LinearRoleInfo::Dim::Kv, LinearRoleInfo::Dim::Hidden},
+    {LinearRole::V, "v_proj", "self_attn.v_proj", "attn_v", 0, LinearRoleInfo::Dim::Kv, LinearRoleInfo::Dim::Hidden},
+    {LinearRole::O, "o_proj", "self_attn.o_proj", "attn_output", 1, LinearRoleInfo::Dim::Hidden, LinearRoleInfo::Dim::Q},
+    {LinearRole::Gate, "gate_proj", "mlp.gate_proj", "ffn_gate", 2, LinearRoleInfo::Dim::Inter, LinearRoleInfo::Dim::Hidden},
+    {LinearRole::Up, "up_proj", "mlp.up_proj", "ffn_up", 2, LinearRoleInfo::Dim::Inter, LinearRoleInfo::Dim::Hidden},
+    {LinearRole::Down, "down_proj", "mlp.down_proj", "ffn_down", 3, LinearRoleInfo::Dim::Hidden, LinearRoleInfo::Dim::Inter},
+};
+static_assert(int(LinearRole::Down) == kNumLinearRoles - 1);
+inline const LinearRoleInfo& role_info(int i) { return kLinearRoles[i]; }
+// The size of a table dimension in a model of config `c`.
+int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c);
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [hidden]
   Mat wq, wk, wv, wo;                // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
@@ -53,6 +82,26 @@ struct LayerWeights {
   struct Impls {
     std::shared_ptr<const LinearImpl> q, k, v, o, gate, up, down;
   } impl;
+
+  // The matrix / the implementation slot of linear role i (kLinearRoles order).
+  Mat& mat(int i) { return *mats_[i](*this); }
+  const Mat& mat(int i) const { return *mats_[i](const_cast<LayerWeights&>(*this)); }
+  std::shared_ptr<const LinearImpl>& impl_of(int i) { return *impls_[i](*this); }
+  const std::shared_ptr<const LinearImpl>& impl_of(int i) const { return *impls_[i](const_cast<LayerWeights&>(*this)); }
+
+ private:
+  using MatOf = Mat* (*)(LayerWeights&);
+  using ImplOf = std::shared_ptr<const LinearImpl>* (*)(LayerWeights&);
+  static constexpr MatOf mats_[kNumLinearRoles] = {
+      [](LayerWeights& l) { return &l.wq; },     [](LayerWeights& l) { return &l.wk; },
+      [](LayerWeights& l) { return &l.wv; },     [](LayerWeights& l) { return &l.wo; },
+      [](LayerWeights& l) { return &l.w_gate; }, [](LayerWeights& l) { return &l.w_up; },
+      [](LayerWeights& l) { return &l.w_down; }};
+  static constexpr ImplOf impls_[kNumLinearRoles] = {
+      [](LayerWeights& l) { return &l.impl.q; },    [](LayerWeights& l) { return &l.impl.k; },
+      [](LayerWeights& l) { return &l.impl.v; },    [](LayerWeights& l) { return &l.impl.o; },
+      [](LayerWeights& l) { return &l.impl.gate; }, [](LayerWeights& l) { return &l.impl.up; },
+      [](LayerWeights& l) { return &l.impl.down; }};
 };
 
 struct ModelWeights {

@@ -37,6 +37,16 @@ inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
     "attn_in", "q", "k_pre_rope", "k", "v", "o_in", "mlp_in", "down_in", "out", "logits"};
 
 inline std::string_view site_name(Site s) { return kSiteNames[size_t(s)]; }
+
+// The four activations that feed the linear layers, indexed by LinearRoleInfo::input
+// (io/weights.h kLinearRoles): the sites activation quantization applies to.
+inline constexpr std::array<Site, 4> kLinearInputSites = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
+// Index of `s` in kLinearInputSites, or -1.
+constexpr int linear_input_index(Site s) {
+  for (int i = 0; i < 4; ++i)
+    if (kLinearInputSites[i] == s) return i;
+  return -1;
+}
 std::optional<Site> parse_site(std::string_view name);
 
 struct SiteView {

@@ -141,9 +141,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Rounds for the report (4 significant decimals are plenty for ratios and relative errors).
 double round4(double v) { return std::round(v * 1e4) / 1e4; }
 
-const Site kLinearInputs[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
-// Input site (index into kLinearInputs) of q, k, v, o, gate, up, down.
-const int kInputOf[7] = {0, 0, 0, 1, 2, 2, 3};
 
 int64_t max_len(std::span<const std::vector<int32_t>> calib) {
   int64_t m = 0;
@@ -204,7 +201,7 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimCo
     std::vector<int> handles;
     for (int i = 0; i < 4; ++i) {
       X[i].assign(size_t(n * feat[i]), 0.0f);
-      handles.push_back(fwd.hooks().add(kLinearInputs[i], l, [&, i](SiteView& v) {
+      handles.push_back(fwd.hooks().add(kLinearInputSites[i], l, [&, i](SiteView& v) {
         SINKQ_ASSERT(v.tokens == int64_t(calib[cur].size()) && v.features == feat[i]);
         for (const auto& [t, k] : picks[cur]) std::copy(v.row(t), v.row(t) + v.features, X[i].data() + k * feat[i]);
       }));
@@ -213,13 +210,12 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimCo
     for (int h : handles) fwd.hooks().remove(h);
 
     const LayerWeights& lw = fp->weights().layers[size_t(l)];
-    const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
     json lm = json::array(), le = json::array();
-    for (int i = 0; i < 7; ++i) {
-      const Mat& m = *mats[i];
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const Mat& m = lw.mat(i);
       std::vector<float> W(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, W.data(), W.size());
-      WeightClipResult r = search_weight_clip(cfg.w, W.data(), m.rows, m.cols, X[kInputOf[i]].data(), n, grid);
+      WeightClipResult r = search_weight_clip(cfg.w, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid);
       double mean = 0, chosen = 0, r1 = 0;
       const size_t entries = r.ratios.r.size();
       for (size_t k = 0; k < entries; ++k) {

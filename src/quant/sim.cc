@@ -455,12 +455,11 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
   w.layers = src.layers;  // norms and biases shared; matrices replaced below
   for (size_t l = 0; l < w.layers.size(); ++l) {
     LayerWeights& L = w.layers[l];
-    Mat* mats[7] = {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down};
-    for (size_t i = 0; i < 7; ++i) {
-      Mat& m = *mats[i];
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      Mat& m = L.mat(i);
       std::vector<float> buf(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, buf.data(), buf.size());
-      fake_quant_weight(cfg.w, buf.data(), m.rows, m.cols, clips ? &(*clips)[l].at(i) : nullptr);
+      fake_quant_weight(cfg.w, buf.data(), m.rows, m.cols, clips ? &(*clips)[l].at(size_t(i)) : nullptr);
       m.data = w.own(std::move(buf));
       m.dtype = DType::F32;
     }

@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <span>
@@ -231,8 +232,12 @@ void fake_quant_weight(const WeightSim& w, float* x, int64_t rows, int64_t cols,
 
 // Chosen clip ratios of every matrix: [layer][q, k, v, o, gate, up, down].
 using ModelClipRatios = std::vector<std::vector<ClipRatios>>;
-inline constexpr const char* kWeightNames[7] = {"q_proj", "k_proj", "v_proj", "o_proj",
-                                                "gate_proj", "up_proj", "down_proj"};
+// The matrices' names in reports (io/weights.h kLinearRoles order).
+inline constexpr std::array<const char*, kNumLinearRoles> kWeightNames = [] {
+  std::array<const char*, kNumLinearRoles> n{};
+  for (int i = 0; i < kNumLinearRoles; ++i) n[size_t(i)] = kLinearRoles[i].name;
+  return n;
+}();
 
 // A model whose q/k/v/o/gate/up/down matrices are widened to fp32 and fake-quantized (owned);
 // embeddings, lm_head, norms and biases are shared with `base`, which the result keeps alive.

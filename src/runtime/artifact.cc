@@ -40,19 +40,9 @@ constexpr const char* kConfig = "config.json";
 constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer.model",        "tokenizer_config.json",
                                            "special_tokens_map.json", "generation_config.json", "added_tokens.json",
                                            "vocab.json",       "merges.txt"};
-constexpr Site kActSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
-constexpr const char* kLinearSuffix[7] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                                          "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
-                                          "mlp.down_proj"};
-constexpr int kSlotOf[7] = {0, 0, 0, 1, 2, 2, 3};
 
 std::string layer_prefix(int l) { return fmt::format("model.layers.{}.", l); }
 
-const std::shared_ptr<const LinearImpl>* impl_slots(const LayerWeights& lw, int i) {
-  const std::shared_ptr<const LinearImpl>* s[7] = {&lw.impl.q,    &lw.impl.k,  &lw.impl.v,   &lw.impl.o,
-                                                   &lw.impl.gate, &lw.impl.up, &lw.impl.down};
-  return s[i];
-}
 
 // Removes every "seconds" / "*_seconds" key (wall-clock times) so that the recipe is deterministic.
 void strip_times(json& j) {
@@ -162,10 +152,10 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     if (lw.bq) add_vec(p + "self_attn.q_proj.bias", lw.bq, mc.q_dim());
     if (lw.bk) add_vec(p + "self_attn.k_proj.bias", lw.bk, mc.kv_dim());
     if (lw.bv) add_vec(p + "self_attn.v_proj.bias", lw.bv, mc.kv_dim());
-    for (int i = 0; i < 7; ++i) {
-      const auto* pl = dynamic_cast<const PackedLinear*>(impl_slots(lw, i)->get());
-      SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearSuffix[i]);
-      const std::string base = p + kLinearSuffix[i];
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const auto* pl = dynamic_cast<const PackedLinear*>(lw.impl_of(i).get());
+      SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearRoles[i].hf);
+      const std::string base = p + kLinearRoles[i].hf;
       json blocks = json::array();
       for (size_t b = 0; b < pl->blocks().size(); ++b) {
         const PackedTensor pt = pl->planar(b);
@@ -451,7 +441,7 @@ QuantizedModel load_artifact(const std::string& dir) {
   auto want = [&](const std::string& n) -> const std::string& { return *expected.insert(n).first; };
 
   ModelWeights w;
-  const int64_t H = mc.hidden_size, I = mc.intermediate_size;
+  const int64_t H = mc.hidden_size;
   w.embed = L.mat(w, want("model.embed_tokens.weight"), mc.vocab_size, H);
   w.lm_head = tied ? w.embed : L.mat(w, want("lm_head.weight"), mc.vocab_size, H);
   w.final_norm = L.f32(w, want("model.norm.weight"), H);
@@ -460,8 +450,9 @@ QuantizedModel load_artifact(const std::string& dir) {
     if (a.mode == ActMode::Static) a.scales.resize(1);
     return a;
   }());
-  const int64_t shapes[7][2] = {{mc.q_dim(), H}, {mc.kv_dim(), H}, {mc.kv_dim(), H}, {H, mc.q_dim()},
-                                {I, H},          {I, H},           {H, I}};
+  // The width of each linear input (the in-dimension of the roles it feeds).
+  int64_t input_width[4] = {};
+  for (const LinearRoleInfo& r : kLinearRoles) input_width[r.input] = role_dim(r.in, mc);
   for (int l = 0; l < mc.num_layers; ++l) {
     const std::string p = layer_prefix(l);
     LayerWeights lw;
@@ -475,7 +466,7 @@ QuantizedModel load_artifact(const std::string& dir) {
     quant::Params statics[4];
     if (qm.rt.a.mode == ActMode::Static) {
       for (int s = 0; s < 4; ++s) {
-        const std::string n = fmt::format("{}{}.act_scale", p, site_name(kActSites[s]));
+        const std::string n = fmt::format("{}{}.act_scale", p, site_name(kLinearInputSites[s]));
         const TensorInfo& t = L.tensor(want(n), "F32", {1});
         float v = 0.0f;
         std::memcpy(&v, t.data, 4);
@@ -484,18 +475,15 @@ QuantizedModel load_artifact(const std::string& dir) {
         q.bits = qm.rt.a.bits;
         q.symmetric = true;
         q.prow = q.pcol = 1;
-        q.col_block = shapes[s == 0 ? 0 : s == 1 ? 3 : s == 2 ? 4 : 6][1];
+        q.col_block = input_width[s];
         q.scale = {v};
-        qm.rt.a.scales.push_back({l, kActSites[s], q});
+        qm.rt.a.scales.push_back({l, kLinearInputSites[s], q});
       }
     }
-    Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
-    std::shared_ptr<const LinearImpl>* slots[7] = {&lw.impl.q,    &lw.impl.k,  &lw.impl.v,   &lw.impl.o,
-                                                   &lw.impl.gate, &lw.impl.up, &lw.impl.down};
-    for (int i = 0; i < 7; ++i) {
-      const std::string base = p + kLinearSuffix[i];
-      const int64_t rows = shapes[i][0], cols = shapes[i][1];
-      *mats[i] = Mat{DType::F32, rows, cols, nullptr, base + ".weight"};
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const std::string base = p + kLinearRoles[i].hf;
+      const int64_t rows = role_dim(kLinearRoles[i].out, mc), cols = role_dim(kLinearRoles[i].in, mc);
+      lw.mat(i) = Mat{DType::F32, rows, cols, nullptr, base + ".weight"};
       const auto mit = sf.metadata().find(base);
       SINKQ_CHECK(mit != sf.metadata().end(), "{}: __metadata__ has no entry for the packed linear '{}'",
                   L.tensors_path, base);
@@ -547,9 +535,9 @@ QuantizedModel load_artifact(const std::string& dir) {
         blocks.push_back({layout[b].col0, std::move(pt)});
       }
       try {
-        *slots[i] = std::make_shared<const PackedLinear>(base + ".weight", rows, cols, std::move(blocks), act,
-                                                         qm.rt.a.mode == ActMode::Static ? statics[kSlotOf[i]]
-                                                                                         : quant::Params{});
+        lw.impl_of(i) = std::make_shared<const PackedLinear>(
+            base + ".weight", rows, cols, std::move(blocks), act,
+            qm.rt.a.mode == ActMode::Static ? statics[kLinearRoles[i].input] : quant::Params{});
       } catch (const Error& e) {
         fail("{}: {}", L.tensors_path, e.what());
       }

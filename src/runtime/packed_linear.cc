@@ -278,26 +278,15 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
   const PackedFormat act = activation_format(cfg.a);
   const ModelWeights& src = base->weights();
   const int L = int(src.layers.size());
-  for (int l = 0; l < L; ++l) {
-    const LayerWeights::Impls& im = src.layers[size_t(l)].impl;
-    SINKQ_CHECK(!im.q && !im.k && !im.v && !im.o && !im.gate && !im.up && !im.down,
-                "pack_model: layer {} already runs packed linears (pack the unpacked model)", l);
-  }
-
-  // The seven linears of a layer, their activation site, in forward order.
-  constexpr Site kSiteOf[7] = {Site::AttnIn, Site::AttnIn, Site::AttnIn, Site::OIn,
-                               Site::MlpIn,  Site::MlpIn,  Site::DownIn};
-  constexpr Site kActSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
-  auto site_slot = [&](Site s) -> int {
-    for (int i = 0; i < 4; ++i)
-      if (kActSites[i] == s) return i;
-    return -1;
-  };
+  for (int l = 0; l < L; ++l)
+    for (int i = 0; i < kNumLinearRoles; ++i)
+      SINKQ_CHECK(!src.layers[size_t(l)].impl_of(i), "pack_model: layer {} already runs packed linears (pack the "
+                  "unpacked model)", l);
   // Static scales: exactly one per (layer, site).
   std::vector<const quant::Params*> table(size_t(L) * 4, nullptr);
   if (cfg.a.mode == ActMode::Static) {
     for (const StaticActScale& e : cfg.a.scales) {
-      const int slot = site_slot(e.site);
+      const int slot = linear_input_index(e.site);
       SINKQ_CHECK(slot >= 0, "static activation scale for site {}: only the linear inputs attn_in, o_in, mlp_in "
                   "and down_in are quantized", site_name(e.site));
       SINKQ_CHECK(e.layer >= 0 && e.layer < L, "static activation scale for layer {}: the model has {} layers",
@@ -310,7 +299,7 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
       for (int i = 0; i < 4; ++i)
         SINKQ_CHECK(table[size_t(l) * 4 + size_t(i)] != nullptr,
                     "static per-tensor activations: no calibrated scale for layer {} site {}", l,
-                    site_name(kActSites[i]));
+                    site_name(kLinearInputSites[i]));
   }
 
   ModelWeights w;  // empty store: every borrowed pointer points into `base`, kept alive
@@ -318,34 +307,35 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
-  std::vector<std::shared_ptr<const LinearImpl>> packed(size_t(L) * 7);
+  pack_linears(w, [&](int l, int i, const Mat& m) -> std::shared_ptr<const LinearImpl> {
+    std::vector<float> f32(size_t(m.rows * m.cols));
+    to_f32(m.dtype, m.data, f32.data(), f32.size());
+    const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
+    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.w, act,
+                                                sp ? *sp : quant::Params{});
+  });
+  return Model::with_weights(std::move(base), std::move(w));
+}
+
+void pack_linears(ModelWeights& w,
+                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make) {
+  const int64_t jobs = int64_t(w.layers.size()) * kNumLinearRoles;
+  std::vector<std::shared_ptr<const LinearImpl>> packed(static_cast<size_t>(jobs));
   std::vector<std::exception_ptr> errors(packed.size());  // the first matrix's error is reported
-  const int64_t jobs = int64_t(L) * 7;
   // Matrices are independent: packed in parallel (the lowbit calls inside run single-threaded).
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
   for (int64_t j = 0; j < jobs; ++j) {
     try {
-      const int l = int(j / 7), i = int(j % 7);
-      const LayerWeights& lw = src.layers[size_t(l)];
-      const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
-      const Mat& m = *mats[i];
-      std::vector<float> f32(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, f32.data(), f32.size());
-      const quant::Params* sp = table[size_t(l) * 4 + size_t(site_slot(kSiteOf[i]))];
-      packed[size_t(j)] = std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.w, act,
-                                                               sp ? *sp : quant::Params{});
+      const int l = int(j / kNumLinearRoles), i = int(j % kNumLinearRoles);
+      packed[size_t(j)] = make(l, i, w.layers[size_t(l)].mat(i));
     } catch (...) {
       errors[size_t(j)] = std::current_exception();
     }
   }
   for (const std::exception_ptr& e : errors)
     if (e) std::rethrow_exception(e);
-  for (int l = 0; l < L; ++l) {
-    LayerWeights::Impls& im = w.layers[size_t(l)].impl;
-    std::shared_ptr<const LinearImpl>* slots[7] = {&im.q, &im.k, &im.v, &im.o, &im.gate, &im.up, &im.down};
-    for (int i = 0; i < 7; ++i) *slots[i] = packed[size_t(l) * 7 + size_t(i)];
-  }
-  return Model::with_weights(std::move(base), std::move(w));
+  for (int64_t j = 0; j < jobs; ++j)
+    w.layers[size_t(j / kNumLinearRoles)].impl_of(int(j % kNumLinearRoles)) = std::move(packed[size_t(j)]);
 }
 
 }  // namespace sinkq::runtime

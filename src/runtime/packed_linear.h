@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -146,5 +147,12 @@ class PackedLinear final : public LinearImpl {
 // attn_in, o_in, mlp_in, down_in of every layer. Throws sinkq::Error (naming the matrix, layer or
 // site) for anything the kernels cannot run, or when `base` is already packed.
 std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg);
+
+// The one pack loop: make(l, i, m) for every layer l and linear role i (io/weights.h kLinearRoles)
+// of `w`, in parallel over the matrices (make runs single-threaded inside; it must be safe to call
+// concurrently), each result put into layer l's implementation slot of role i. The first error
+// (in layer, role order) is rethrown after every job has ended; w is then partly packed.
+void pack_linears(ModelWeights& w,
+                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make);
 
 }  // namespace sinkq::runtime

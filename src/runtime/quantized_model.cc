@@ -20,12 +20,7 @@ namespace {
 using lowbit::PackedFormat;
 using lowbit::PackedTensor;
 
-constexpr Site kActSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
-bool is_act_site(Site s) {
-  for (Site a : kActSites)
-    if (a == s) return true;
-  return false;
-}
+bool is_act_site(Site s) { return linear_input_index(s) >= 0; }
 
 // Whether every element j of the group (x[j], j in [0, n)) is fl(L_j · s) for an integer level
 // L_j in [lo, hi]; fills the levels. quant::dequantize computes x̂ = float(L) · s.
@@ -197,13 +192,12 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   const int L = int(src.layers.size());
   std::vector<const quant::Params*> table(size_t(L) * 4, nullptr);
   for (const StaticActScale& e : qm.rt.a.scales) {
-    int slot = 0;
-    while (kActSites[slot] != e.site) ++slot;
+    const int slot = linear_input_index(e.site);
+    SINKQ_ASSERT(slot >= 0);
     SINKQ_CHECK(e.layer >= 0 && e.layer < L, "static activation scale for layer {}: the model has {} layers", e.layer,
                 L);
     table[size_t(e.layer) * 4 + size_t(slot)] = &e.params;
   }
-  constexpr int kSlotOf[7] = {0, 0, 0, 1, 2, 2, 3};  // q k v -> attn_in, o -> o_in, gate up -> mlp_in, down
 
   ModelWeights w;
   w.embed = src.embed;
@@ -215,18 +209,11 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
     w.embed = convert_mat(src.embed, *opt.fp_dtype, w);
     w.lm_head = tied ? w.embed : convert_mat(src.lm_head, *opt.fp_dtype, w);
   }
-  std::vector<std::shared_ptr<const LinearImpl>> packed(size_t(L) * 7);
-  std::vector<std::exception_ptr> errors(packed.size());
-  const int64_t jobs = int64_t(L) * 7;
-#pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
-  for (int64_t j = 0; j < jobs; ++j) {
-    try {
-      const int l = int(j / 7), i = int(j % 7);
-      const LayerWeights& lw = src.layers[size_t(l)];
-      SINKQ_CHECK(!lw.impl.q && !lw.impl.down, "build_quantized: layer {} of the simulator's model already runs "
+  for (int l = 0; l < L; ++l)
+    for (int i = 0; i < kNumLinearRoles; ++i)
+      SINKQ_CHECK(!src.layers[size_t(l)].impl_of(i), "build_quantized: layer {} of the simulator's model already runs "
                   "packed linears", l);
-      const Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
-      const Mat& m = *mats[i];
+  pack_linears(w, [&](int l, int i, const Mat& m) -> std::shared_ptr<const LinearImpl> {
       std::vector<float> f32(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, f32.data(), f32.size());
       std::vector<PackedLinear::PlanarBlock> blocks;
@@ -242,27 +229,16 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
         }
         blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
       }
-      const quant::Params* sp = table[size_t(l) * 4 + size_t(kSlotOf[i])];
-      packed[size_t(j)] = std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), act,
-                                                               sp ? *sp : quant::Params{});
-    } catch (...) {
-      errors[size_t(j)] = std::current_exception();
-    }
-  }
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-  for (int l = 0; l < L; ++l) {
-    LayerWeights& lw = w.layers[size_t(l)];
-    std::shared_ptr<const LinearImpl>* slots[7] = {&lw.impl.q,    &lw.impl.k,  &lw.impl.v,   &lw.impl.o,
-                                                   &lw.impl.gate, &lw.impl.up, &lw.impl.down};
-    Mat* mats[7] = {&lw.wq, &lw.wk, &lw.wv, &lw.wo, &lw.w_gate, &lw.w_up, &lw.w_down};
-    for (int i = 0; i < 7; ++i) {
-      *slots[i] = packed[size_t(l) * 7 + size_t(i)];
+      const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
+      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), act,
+                                                  sp ? *sp : quant::Params{});
+  });
+  for (LayerWeights& lw : w.layers)
+    for (int i = 0; i < kNumLinearRoles; ++i) {
       // Shape and name only: the packed linear runs, the fp32 matrix is never read (io/weights.h).
-      mats[i]->data = nullptr;
-      mats[i]->dtype = DType::F32;
+      lw.mat(i).data = nullptr;
+      lw.mat(i).dtype = DType::F32;
     }
-  }
   qm.model = Model::with_weights(sim.model, std::move(w));
   return qm;
 }

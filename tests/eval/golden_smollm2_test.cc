@@ -67,7 +67,9 @@ TEST(GoldenSmolLM2, LogitsOfBothPrompts) {
     const auto ids = p.at("input_ids").get<std::vector<int32_t>>();
     const std::string name = p.at("name").get<std::string>();
     // The tokenizer from the GGUF gives the reference's ids (the chat prompt through its template).
-    if (!p.at("chat_template").get<bool>()) EXPECT_EQ(smol().tok->encode(p.at("text").get<std::string>()), ids) << name;
+    if (!p.at("chat_template").get<bool>()) {
+      EXPECT_EQ(smol().tok->encode(p.at("text").get<std::string>()), ids) << name;
+    }
     Forward f(smol().model, int64_t(ids.size()));
     const auto logits = f.step(ids, /*all_logits=*/true);
     double worst = 0;
@@ -106,13 +108,17 @@ TEST(GoldenSmolLM2, GreedyContinuations) {
   for (const json& c : g.at("cases")) {
     const std::string name = c.at("name").get<std::string>();
     const auto prompt = c.at("prompt_ids").get<std::vector<int32_t>>();
-    if (!c.at("chat_template").get<bool>()) EXPECT_EQ(smol().tok->encode(c.at("prompt").get<std::string>()), prompt) << name;
+    if (!c.at("chat_template").get<bool>()) {
+      EXPECT_EQ(smol().tok->encode(c.at("prompt").get<std::string>()), prompt) << name;
+    }
     auto want = c.at("generated_ids").get<std::vector<int32_t>>();
     const auto& margins = c.at("top1_top2_margin");
     size_t strict = want.size();
     for (size_t i = 0; i < margins.size() && i < want.size(); ++i)
       if (margins[i].get<double>() < 10 * kLogitAtol) strict = std::min(strict, i);
-    if (name == "plain") EXPECT_EQ(strict, 46u);  // the README's near tie, found from the margins
+    if (name == "plain") {
+      EXPECT_EQ(strict, 46u);  // the README's near tie, found from the margins
+    }
     Forward fwd(smol().model, int64_t(prompt.size() + want.size()));
     GenerateOptions o;
     o.max_new_tokens = int64_t(want.size());

@@ -243,17 +243,8 @@ void register_ladder(CLI::App& app) {
                 "--ctx {} plus the {}-token prefix exceeds the model's max_position_embeddings ({}): use --ctx {} or less",
                 ctx, Pmax, max_pos, max_pos - Pmax);
 
-    const std::string text = read_text_file(o->file);
-    SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", o->file);
-    EncodeOptions raw;
-    raw.add_special = false;
-    raw.parse_special = false;
-    const std::vector<int32_t> toks = tok->encode(text, raw);
-    PplOptions po;
-    po.ctx = ctx;
-    po.protocol = PplProtocol::Prefix;
-    po.max_windows = o->max_windows;
-    po.bos_id = tok->bos_id();
+    const std::vector<int32_t> toks = scoring_tokens(o->file, *tok);
+    PplOptions po = ppl_options(*tok, ctx, PplProtocol::Prefix, o->max_windows);
 
     // The one KLD reference: the fp model behind an fp [BOS].
     Forward ref(model, ctx);

@@ -95,8 +95,9 @@ void register_ppl(CLI::App& app) {
                     ctx, P, prefix_name, ctx + P, max_pos, max_pos - P);
     };
     if (o->ctx > 0) check_ctx(o->ctx, p_min);
-    const std::string text = read_text_file(o->file);
-    SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", o->file);
+    // Read before anything slow (calibration): a bad file fails at once.
+    std::fprintf(stderr, "ppl: tokenizing %s\n", o->file.c_str());
+    const std::vector<int32_t> toks = scoring_tokens(o->file, *tok);
 
     // What runs: the simulator (model dir) or the packed runtime (artifact).
     std::optional<QuantPipeline> qp;
@@ -120,18 +121,7 @@ void register_ppl(CLI::App& app) {
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos - P);
     check_ctx(ctx, P);
 
-    std::fprintf(stderr, "ppl: tokenizing %s (%zu bytes)\n", o->file.c_str(), text.size());
-    EncodeOptions raw;
-    raw.add_special = false;
-    raw.parse_special = false;
-    const std::vector<int32_t> toks = tok->encode(text, raw);
-
-    PplOptions po;
-    po.ctx = ctx;
-    po.protocol = protocol;
-    po.max_windows = o->max_windows;
-    po.bos_id = tok->bos_id();
-    po.add_bos = tok->add_bos();
+    PplOptions po = ppl_options(*tok, ctx, protocol, o->max_windows);
     po.progress = [](int64_t done, int64_t total, double ppl) {
       progress("ppl: window", done, total, fmt::format("ppl {:.4f}", ppl));
     };

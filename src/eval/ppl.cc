@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/mmap.h"
+#include "tokenizer/tokenizer.h"
 
 namespace sinkq {
 
@@ -136,6 +138,25 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
   if (reference) r.kld = total_kld / double(r.tokens_scored);
   r.ppl = std::exp(r.mean_nll);
   return r;
+}
+
+std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok) {
+  const std::string text = read_text_file(path);
+  SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", path);
+  EncodeOptions raw;
+  raw.add_special = false;
+  raw.parse_special = false;
+  return tok.encode(text, raw);
+}
+
+PplOptions ppl_options(const Tokenizer& tok, int64_t ctx, PplProtocol protocol, int64_t max_windows) {
+  PplOptions po;
+  po.ctx = ctx;
+  po.protocol = protocol;
+  po.max_windows = max_windows;
+  po.bos_id = tok.bos_id();
+  po.add_bos = tok.add_bos();
+  return po;
 }
 
 PairedDiff paired_nll_diff(const PplResult& a, const PplResult& ref) {

@@ -32,6 +32,8 @@
 
 namespace sinkq {
 
+class Tokenizer;
+
 enum class PplProtocol { Gptq, Bos, Prefix };
 const char* ppl_protocol_name(PplProtocol p);
 PplProtocol parse_ppl_protocol(const std::string& s);  // throws sinkq::Error naming the value
@@ -64,6 +66,12 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
 // full-precision model; same vocabulary required) also the KLD of fwd against it.
 PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
                      Forward* reference = nullptr);
+
+// The text of `path` as every scoring command reads it: the whole file, tokenized raw (no BOS /
+// EOS added, special tokens not parsed: the protocols place [BOS] themselves). Error: an empty file.
+std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok);
+// The options of a protocol for this tokenizer (its BOS id and add_bos).
+PplOptions ppl_options(const Tokenizer& tok, int64_t ctx, PplProtocol protocol, int64_t max_windows);
 
 // −log softmax(logits)[target] in double precision.
 double token_nll(const float* logits, int64_t vocab, int32_t target);

@@ -1,0 +1,291 @@
+// sinkq/runtime/artifact_write.cc — write_artifact: temp directory, then rename (artifact.h).
+#include "runtime/artifact.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "core/mmap.h"
+#include "io/config.h"
+#include "io/gguf.h"
+#include "io/safetensors.h"
+#include "quant/rotate.h"
+#include "runtime/artifact_schema.h"
+
+#ifndef SINKQ_VERSION
+#define SINKQ_VERSION "unknown"
+#endif
+
+namespace sinkq::runtime {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using lowbit::PackedFormat;
+using lowbit::PackedTensor;
+using namespace schema;
+
+namespace {
+
+// Removes every "seconds" / "*_seconds" key (wall-clock times) so that the recipe is deterministic.
+void strip_times(json& j) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end();) {
+      const std::string& k = it.key();
+      if (k == "seconds" || (k.size() > 8 && k.compare(k.size() - 8, 8, "_seconds") == 0))
+        it = j.erase(it);
+      else
+        ++it;
+    }
+    for (auto& [k, v] : j.items()) strip_times(v);
+  } else if (j.is_array()) {
+    for (json& v : j) strip_times(v);
+  }
+}
+
+std::string dtype_str(const TensorToWrite& t) {
+  return t.raw_dtype.empty() ? std::string(dtype_name(t.dtype)) : t.raw_dtype;
+}
+
+// Tensors to write plus the storage of the bytes they point to.
+struct TensorList {
+  std::vector<TensorToWrite> tensors;
+  std::deque<std::vector<std::byte>> storage;
+
+  void add_view(std::string name, DType dt, std::vector<int64_t> shape, const void* data, size_t n,
+                std::string raw = "") {
+    tensors.push_back({std::move(name), dt, std::move(shape),
+                       std::span<const std::byte>(static_cast<const std::byte*>(data), n), std::move(raw)});
+  }
+  template <class T>
+  void add_copy(std::string name, DType dt, std::vector<int64_t> shape, const std::vector<T>& v, std::string raw = "") {
+    auto& b = storage.emplace_back(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+    add_view(std::move(name), dt, std::move(shape), b.data(), b.size(), std::move(raw));
+  }
+};
+
+void add_packed(TensorList& tl, const std::string& base, const PackedTensor& p) {
+  const lowbit::FormatTraits& t = p.info();
+  tl.add_copy(base + ".codes", DType::F32, {p.rows, lowbit::row_bytes(t, p.cols)}, p.codes, "U8");
+  tl.add_copy(base + ".scales", DType::F32, {p.rows, p.groups()}, p.scales);
+  if (!t.symmetric) tl.add_copy(base + ".zeros", DType::F32, {p.rows, p.groups()}, p.zeros, "U8");
+}
+
+void write_json_file(const std::string& path, const json& j) { write_file_atomic(path, j.dump(2) + "\n"); }
+
+}  // namespace
+
+std::string fnv1a64_file(const std::string& path) {
+  const std::string s = read_file(path);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
+bool is_artifact(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / kRecipe, ec);
+}
+
+ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_dir, const std::string& out_dir,
+                            const WriteOptions& opt) {
+  SINKQ_ASSERT(qm.model != nullptr);
+  std::error_code ec;
+  fs::path out = fs::path(out_dir).lexically_normal();
+  if (out.has_filename() == false) out = out.parent_path();  // "dir/" -> "dir"
+  SINKQ_CHECK(!out.empty(), "artifact output directory is empty");
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  SINKQ_CHECK(fs::is_directory(parent, ec), "cannot write artifact '{}': its parent directory '{}' does not exist",
+              out.string(), parent.string());
+  const bool exists = fs::exists(fs::symlink_status(out, ec));
+  SINKQ_CHECK(!exists || opt.force, "'{}' already exists: refusing to overwrite it (use --force to replace it)",
+              out.string());
+
+  // The source (a model directory or a GGUF file): its config must be the model's.
+  std::shared_ptr<GgufFile> gguf;
+  if (GgufFile::looks_like_gguf(model_dir)) gguf = GgufFile::open(model_dir);
+  const std::string src_config = gguf ? model_dir : model_dir + "/" + kConfig;
+  const ModelConfig mc = gguf ? model_config_from_gguf(*gguf) : ModelConfig::load(src_config);
+  SINKQ_CHECK(mc == qm.model->config(),
+              "'{}' is not the source of this quantized model: its config describes another model", model_dir);
+
+  // ---- tensors -------------------------------------------------------------------------------
+  const ModelWeights& w = qm.model->weights();
+  TensorList tl;
+  json meta_linears = json::object();
+  auto add_mat = [&](const std::string& name, const Mat& m) {
+    tl.add_view(name, m.dtype, {m.rows, m.cols}, m.data, size_t(m.rows * m.cols) * dtype_size(m.dtype));
+  };
+  auto add_vec = [&](const std::string& name, const float* v, int64_t n) {
+    tl.add_view(name, DType::F32, {n}, v, size_t(n) * sizeof(float));
+  };
+  const bool tied = w.lm_head.data == w.embed.data;
+  add_mat("model.embed_tokens.weight", w.embed);
+  if (!tied) add_mat("lm_head.weight", w.lm_head);
+  add_vec("model.norm.weight", w.final_norm, mc.hidden_size);
+  for (int l = 0; l < mc.num_layers; ++l) {
+    const LayerWeights& lw = w.layers[size_t(l)];
+    const std::string p = layer_prefix(l);
+    add_vec(p + "input_layernorm.weight", lw.attn_norm, mc.hidden_size);
+    add_vec(p + "post_attention_layernorm.weight", lw.mlp_norm, mc.hidden_size);
+    if (lw.bq) add_vec(p + "self_attn.q_proj.bias", lw.bq, mc.q_dim());
+    if (lw.bk) add_vec(p + "self_attn.k_proj.bias", lw.bk, mc.kv_dim());
+    if (lw.bv) add_vec(p + "self_attn.v_proj.bias", lw.bv, mc.kv_dim());
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const auto* pl = dynamic_cast<const PackedLinear*>(lw.impl_of(i).get());
+      SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearRoles[i].hf);
+      const std::string base = p + kLinearRoles[i].hf;
+      json blocks = json::array();
+      for (size_t b = 0; b < pl->blocks().size(); ++b) {
+        const PackedTensor pt = pl->planar(b);
+        add_packed(tl, b == 0 ? base : base + ".tail", pt);
+        blocks.push_back({pl->blocks()[b].col0, pl->blocks()[b].cols, int(pt.format)});
+      }
+      meta_linears[base] = json{{"shape", {pl->rows(), pl->cols()}}, {"blocks", blocks}};
+    }
+  }
+  for (const StaticActScale& e : qm.rt.a.scales)
+    tl.add_copy(fmt::format("{}{}.act_scale", layer_prefix(e.layer), site_name(e.site)), DType::F32, {1},
+                std::vector<float>{e.params.scale.at(0)});
+  json kv_json = nullptr;
+  if (qm.kv) {
+    const KvScheme& ks = *qm.kv;
+    kv_json = {{"bits", ks.bits},
+               {"mode", std::string(quant::kv_mode_name(ks.mode))},
+               {"granularity", std::string(quant::kv_granularity_name(ks.granularity))},
+               {"symmetric", ks.symmetric},
+               {"describe", ks.describe()},
+               {"static", nullptr}};
+    for (const quant::StaticQuant& q : ks.statics) {
+      const quant::Params& p = q.params;
+      if (kv_json["static"].is_null())
+        kv_json["static"] = {{"granularity", std::string(quant::granularity_name(p.granularity))},
+                             {"head_dim", q.spec.head_dim},
+                             {"prow", p.prow},
+                             {"pcol", p.pcol},
+                             {"col_block", p.col_block}};
+      const std::string base = fmt::format("{}{}", layer_prefix(q.layer), site_name(q.site));
+      tl.add_copy(base + ".kv_scale", DType::F32, {int64_t(p.scale.size())}, p.scale);
+      if (!p.symmetric) tl.add_copy(base + ".kv_zero", DType::F32, {int64_t(p.zero.size())}, p.zero, "I32");
+      tl.add_copy(base + ".kv_clip", DType::F32, {1}, std::vector<float>{q.spec.clip_ratio});
+    }
+  }
+  json prefix_json = nullptr;
+  if (qm.prefix) {
+    const KvPrefix& pf = *qm.prefix;
+    const int64_t P = pf.size(), KV = pf.kv_dim();
+    std::vector<float> k, v;
+    for (int l = 0; l < pf.num_layers(); ++l) {
+      const KvSegment s = pf.segment(l);
+      k.insert(k.end(), s.k, s.k + P * KV);
+      v.insert(v.end(), s.v, s.v + P * KV);
+    }
+    tl.add_copy("sinkq.prefix.tokens", DType::F32, {P}, pf.tokens(), "I32");
+    tl.add_copy("sinkq.prefix.k", DType::F32, {int64_t(pf.num_layers()), P, KV}, k);
+    tl.add_copy("sinkq.prefix.v", DType::F32, {int64_t(pf.num_layers()), P, KV}, v);
+    prefix_json = {{"tokens", pf.tokens()},
+                   {"size", P},
+                   {"source", std::string(quant::prefix_source_name(qm.cfg.prefix.source))},
+                   {"spec", qm.cfg.prefix.spec}};
+  }
+
+  std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
+                                          {"format_version", std::to_string(kArtifactFormatVersion)}};
+  for (const auto& [name, j] : meta_linears.items()) meta[name] = j.dump();
+
+  // ---- recipe --------------------------------------------------------------------------------
+  json inventory = json::object();
+  for (const TensorToWrite& t : tl.tensors) inventory[t.name] = {{"dtype", dtype_str(t)}, {"shape", t.shape}};
+  json sim = qm.recipe;
+  strip_times(sim);
+  const json recipe{
+      {"format", "sinkq-artifact"},
+      {"format_version", kArtifactFormatVersion},
+      {"sinkq_version", SINKQ_VERSION},
+      {"source", {{"model_dir", model_dir}, {"config_fnv1a64", fnv1a64_file(src_config)}}},
+      {"runtime",
+       {{"describe", qm.rt.describe()},
+        {"weights", {{"bits", qm.rt.w.bits}, {"group", qm.rt.w.group}, {"symmetric", qm.rt.w.symmetric}}},
+        {"activations",
+         {{"bits", qm.rt.a.bits},
+          {"mode", qm.rt.a.mode == ActMode::Static ? "static" : "dynamic"},
+          {"symmetric", qm.rt.a.symmetric}}},
+        {"kv", kv_json}}},
+      {"rotation", {{"on", qm.cfg.rotate.on}, {"seed", qm.cfg.rotate.seed}}},
+      {"prefix", prefix_json},
+      {"lm_head_tied", tied},
+      {"fp_dtype", std::string(dtype_name(w.embed.dtype))},
+      {"preset", qm.cfg.preset},
+      {"sim", sim},
+      {"tensors", inventory}};
+
+  // ---- files, into a temp directory, then one rename ----------------------------------------
+  const fs::path tmp = fs::path(out.string() + fmt::format(".tmp-{}", ::getpid()));
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  SINKQ_CHECK(!ec, "cannot create the temporary artifact directory '{}': {}", tmp.string(), ec.message());
+  ArtifactInfo info;
+  info.dir = out.string();
+  try {
+    auto file = [&](const std::string& name) {
+      if (opt.before_file) opt.before_file(name);
+      return (tmp / name).string();
+    };
+    write_safetensors(file(kTensors), tl.tensors, meta);
+    write_file_atomic(file(kConfig), gguf ? mc.to_json().dump(2) + "\n" : read_file(src_config));
+    write_json_file(file(kRecipe), recipe);
+    if (gguf) {
+      // A GGUF source carries its tokenizer in its metadata: the artifact keeps those keys in a
+      // tensor-less GGUF file, which Tokenizer::load reads like the source's.
+      write_file_atomic(file("tokenizer.gguf"), gguf_metadata_file(*gguf, [](const std::string& k) {
+                          return k.rfind("tokenizer.", 0) == 0;
+                        }));
+    } else {
+      for (const char* f : kTokenizerFiles) {
+        const std::string src = model_dir + "/" + f;
+        if (fs::exists(src, ec)) write_file_atomic(file(f), read_file(src));
+      }
+    }
+    for (const auto& e : fs::directory_iterator(tmp)) {
+      info.files.emplace_back(e.path().filename().string(), uint64_t(e.file_size()));
+      info.total_bytes += info.files.back().second;
+    }
+    std::sort(info.files.begin(), info.files.end());
+    if (exists) {
+      // Replace: old away, new in, old deleted. A failure between the renames puts the old back.
+      const fs::path old = fs::path(out.string() + fmt::format(".old-{}", ::getpid()));
+      fs::remove_all(old, ec);
+      fs::rename(out, old, ec);
+      SINKQ_CHECK(!ec, "cannot move the existing '{}' aside: {}", out.string(), ec.message());
+      fs::rename(tmp, out, ec);
+      if (ec) {
+        std::error_code ec2;
+        fs::rename(old, out, ec2);
+        fail("cannot rename '{}' to '{}': {}", tmp.string(), out.string(), ec.message());
+      }
+      fs::remove_all(old, ec);
+    } else {
+      fs::rename(tmp, out, ec);
+      SINKQ_CHECK(!ec, "cannot rename '{}' to '{}': {}", tmp.string(), out.string(), ec.message());
+    }
+  } catch (...) {
+    std::error_code ec2;
+    fs::remove_all(tmp, ec2);
+    throw;
+  }
+  return info;
+}
+
+}  // namespace sinkq::runtime

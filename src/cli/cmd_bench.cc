@@ -23,25 +23,7 @@
 // default auto: f16 for an fp32 source); norms, RoPE and attention stay fp32. The fp32
 // configuration always runs (first): ratios are to it.
 //
-// Per-op profile: a timestamp at every activation site (model/sites.h). The sites fire between
-// the ops of Forward::layer, so consecutive stamps bracket them:
-//   norms          Out(l-1) -> AttnIn(l) (layer 0: from the start of the step: + the embedding
-//                  gather), plus the MLP norm, which has no site of its own before it: it is the
-//                  same op on the same shape, so it is charged the attention norm's time and that
-//                  is taken off the o_proj interval
-//   attn_in quant + q/k/v   AttnIn -> KPreRope (per linear: activation quantization + GEMM)
-//   rope           KPreRope -> V (RoPE of q and k; the Q and K sites sit in between)
-//   attention      V -> OIn
-//   o_proj         OIn -> MlpIn, minus the MLP norm (above); includes the residual add
-//   gate/up        MlpIn -> DownIn minus silu
-//   silu*mul       not bracketed by sites: the median of silu_mul() timed alone on the same
-//                  [T, intermediate] shape and threads, taken off the gate/up interval
-//   down           DownIn -> Out (includes the residual add)
-//   lm_head        Out(last layer) -> end of the step: final norm + lm_head (+ logits)
-// The profile runs as its own pass (hooks registered), after the timed passes (none registered).
-// "of which activation quantization" is an estimate: quantize_dynamic / quantize_static timed
-// alone on the shapes and call counts of one step (PackedLinear quantizes its input once per
-// linear, so attn_in 3x and mlp_in 2x).
+// The workloads, timing and memory probes are perf/bench.h; the per-op profile is perf/profile.h.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -62,6 +44,8 @@
 #include "kernels/membw.h"
 #include "lowbit/kernels.h"
 #include "model/model.h"
+#include "perf/bench.h"
+#include "perf/profile.h"
 #include "quant/quantizer.h"
 #include "quant/sim.h"
 #include "runtime/artifact.h"
@@ -71,57 +55,7 @@
 namespace sinkq::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-ModelConfig random_config(const std::string& name) {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0f;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
-  if (name == "1b") {  // TinyLlama-1.1B shape
-    c.hidden_size = 2048, c.intermediate_size = 5632, c.num_layers = 22, c.num_heads = 32;
-    c.num_kv_heads = 4, c.vocab_size = 32000, c.max_position_embeddings = 2048;
-  } else if (name == "tiny") {  // for tests of the command itself
-    c.hidden_size = 64, c.intermediate_size = 160, c.num_layers = 2, c.num_heads = 4;
-    c.num_kv_heads = 2, c.vocab_size = 256, c.max_position_embeddings = 512;
-  } else {
-    fail("unknown --random shape '{}': expected 1b or tiny", name);
-  }
-  c.head_dim = c.hidden_size / c.num_heads;
-  return c;
-}
-
-// ---- memory ---------------------------------------------------------------------------------
-
-// VmHWM / VmRSS of /proc/self/status in bytes (0 where unreadable).
-int64_t proc_status_bytes(const char* key) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  const size_t n = std::char_traits<char>::length(key);
-  while (std::getline(f, line))
-    if (line.compare(0, n, key) == 0) return std::atoll(line.c_str() + n + 1) * 1024;
-  return 0;
-}
-// Resets the peak RSS (VmHWM) to the current RSS (Linux: "5" to clear_refs); false if refused.
-bool reset_peak_rss() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-  f.flush();
-  return bool(f);
-}
-
-int64_t mat_bytes(const Mat& m) { return m.empty() ? 0 : m.rows * m.cols * int64_t(dtype_size(m.dtype)); }
+using namespace perf;
 
 // ---- the configurations ---------------------------------------------------------------------
 
@@ -131,13 +65,6 @@ struct QuantChoice {
   runtime::RuntimeConfig cfg;   // !fp
   int kv_bits = 16;             // 8 / 4: the packed KV cache (dynamic per head), 16: fp32 cache
 };
-
-// KV bytes a decode step reads per cached token (every layer, K and V): the packed store's, or fp32.
-double kv_row_bytes_of(const Forward& f) {
-  const ModelConfig& c = f.model().config();
-  return f.kv_store() ? double(f.kv_bytes()) / double(f.kv_store()->capacity())
-                      : double(c.num_layers) * 2.0 * double(c.kv_dim()) * 4.0;
-}
 
 QuantChoice parse_quant(const std::string& name) {
   QuantChoice q;
@@ -206,206 +133,6 @@ std::vector<runtime::StaticActScale> calibrate_static(Forward& fwd, std::span<co
   return out;
 }
 
-// ---- timing ---------------------------------------------------------------------------------
-
-struct Workload {
-  std::vector<int32_t> prompt;  // prefill tokens
-  int64_t decode = 0;
-  int reps = 1;
-};
-
-Workload make_workload(int64_t V, int64_t np, int64_t nd, int reps) {
-  Workload w;
-  w.prompt.resize(size_t(np));
-  for (int64_t i = 0; i < np; ++i) w.prompt[size_t(i)] = int32_t((i * 7919 + 13) % V);
-  w.decode = nd;
-  w.reps = reps;
-  return w;
-}
-
-int32_t decode_token(int64_t i, int64_t V) { return int32_t((i * 31 + 7) % V); }
-
-struct Timing {
-  double prefill_tps = 0, decode_tps = 0, decode_ms = 0;
-};
-
-// reps x (prefill, then `decode` steps); medians over reps of prefill throughput and over all
-// decode steps of the per-token time.
-Timing run(Forward& fwd, const Workload& w) {
-  const int64_t V = fwd.model().config().vocab_size;
-  std::vector<double> pre, dec;
-  for (int r = 0; r < w.reps; ++r) {
-    fwd.reset();
-    auto t0 = Clock::now();
-    fwd.step(w.prompt, /*all_logits=*/false);
-    pre.push_back(double(w.prompt.size()) / secs(t0, Clock::now()));
-    for (int64_t i = 0; i < w.decode; ++i) {
-      const int32_t id = decode_token(i, V);
-      auto t1 = Clock::now();
-      fwd.step(std::span(&id, 1), /*all_logits=*/false);
-      dec.push_back(secs(t1, Clock::now()));
-    }
-  }
-  Timing t;
-  t.prefill_tps = median(pre);
-  t.decode_ms = dec.empty() ? 0 : 1e3 * median(dec);
-  t.decode_tps = dec.empty() ? 0 : 1e3 / t.decode_ms;
-  return t;
-}
-
-// ---- per-op profile -------------------------------------------------------------------------
-
-enum Op { kNorms, kQkv, kRope, kAttention, kOProj, kGateUp, kSilu, kDown, kLmHead, kNumOps };
-constexpr const char* kOpNames[kNumOps] = {"norms", "attn_in quant + q/k/v", "rope", "attention", "o_proj",
-                                          "gate/up", "silu*mul", "down", "lm_head"};
-constexpr const char* kOpKeys[kNumOps] = {"norms", "qkv", "rope", "attention", "o_proj",
-                                         "gate_up", "silu", "down", "lm_head"};
-
-using OpTimes = std::array<double, kNumOps>;  // seconds
-
-struct Profile {
-  OpTimes prefill{}, decode{};   // medians per op: one prefill, one decode step
-  double prefill_step = 0, decode_step = 0;  // median wall time of a profiled step
-  double silu_prefill = 0, silu_decode = 0;  // the silu_mul estimates used
-  double quant_prefill = 0, quant_decode = 0;  // activation quantization estimate per step (0: fp32)
-};
-
-// Median time of fn() (after one warm-up call).
-template <class F>
-double time_median(F fn, int n) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < n; ++i) {
-    auto a = Clock::now();
-    fn();
-    t.push_back(secs(a, Clock::now()));
-  }
-  return median(t);
-}
-
-double silu_seconds(int64_t T, int64_t I) {
-  std::vector<float> g(size_t(T * I)), u(size_t(T * I));
-  for (size_t i = 0; i < g.size(); ++i) {
-    g[i] = float(int(i % 97) - 48) * 0.05f;
-    u[i] = float(int(i % 89) - 44) * 0.05f;
-  }
-  return time_median([&] { silu_mul(g.data(), u.data(), T, I); }, T > 1 ? 5 : 200);
-}
-
-// One step's activation quantization as PackedLinear does it: attn_in x3 (q, k, v), o_in, mlp_in
-// x2 (gate, up), down_in, every layer.
-double act_quant_seconds(const ModelConfig& c, const runtime::RuntimeConfig& cfg, int64_t T) {
-  const bool stat = cfg.a.mode == runtime::ActMode::Static;
-  using lowbit::PackedFormat;
-  const PackedFormat f = cfg.a.bits == 8 ? (stat ? PackedFormat::A8_PerTensor : PackedFormat::A8_PerToken)
-                                         : (stat ? PackedFormat::A4_PerTensor : PackedFormat::A4_PerToken);
-  const std::pair<int64_t, int> shapes[] = {{c.hidden_size, 3}, {c.q_dim(), 1}, {c.hidden_size, 2},
-                                            {c.intermediate_size, 1}};
-  double total = 0;
-  lowbit::PackedTensor q;
-  for (auto [K, calls] : shapes) {
-    std::vector<float> x(size_t(T * K));
-    for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 211) - 105) * 0.01f;
-    const quant::Params p = stat ? quant::compute_params(lowbit::quant_spec(f), x.data(), T, K) : quant::Params{};
-    const double s = time_median(
-        [&] {
-          if (stat) lowbit::quantize_static(f, x.data(), T, K, p, q);
-          else lowbit::quantize_dynamic(f, x.data(), T, K, 1.0f, q);
-        },
-        T > 1 ? 5 : 200);
-    total += s * calls;
-  }
-  return total * c.num_layers;
-}
-
-// One profiled pass: `reps` prefills and `decode` decode steps after each, a stamp at every site.
-Profile profile(Forward& fwd, const Workload& w, const runtime::RuntimeConfig* cfg) {
-  const ModelConfig& c = fwd.model().config();
-  const int L = c.num_layers;
-  constexpr int kS = int(Site::Out) + 1;  // attn_in .. out
-  std::vector<Clock::time_point> stamp(size_t(L) * kS);
-  std::vector<int> handles;
-  for (int s = 0; s < kS; ++s)
-    handles.push_back(fwd.hooks().add(Site(s), -1, [&stamp](SiteView& v) {
-      stamp[size_t(v.layer) * kS + size_t(v.site)] = Clock::now();
-    }));
-  const int64_t T = int64_t(w.prompt.size());
-  Profile p;
-  p.silu_prefill = silu_seconds(T, c.intermediate_size);
-  p.silu_decode = silu_seconds(1, c.intermediate_size);
-  if (cfg) {
-    p.quant_prefill = act_quant_seconds(c, *cfg, T);
-    p.quant_decode = act_quant_seconds(c, *cfg, 1);
-  }
-  auto at = [&](int l, Site s) { return stamp[size_t(l) * kS + size_t(s)]; };
-  // Attributes one step [t0, t1] (the layout of the top of this file).
-  auto attribute = [&](Clock::time_point t0, Clock::time_point t1, double silu) {
-    OpTimes o{};
-    Clock::time_point prev = t0;
-    for (int l = 0; l < L; ++l) {
-      const double norm = secs(prev, at(l, Site::AttnIn));
-      o[kNorms] += 2 * norm;
-      o[kQkv] += secs(at(l, Site::AttnIn), at(l, Site::KPreRope));
-      o[kRope] += secs(at(l, Site::KPreRope), at(l, Site::V));
-      o[kAttention] += secs(at(l, Site::V), at(l, Site::OIn));
-      o[kOProj] += std::max(0.0, secs(at(l, Site::OIn), at(l, Site::MlpIn)) - norm);
-      const double mlp = secs(at(l, Site::MlpIn), at(l, Site::DownIn));
-      o[kSilu] += std::min(silu, mlp);
-      o[kGateUp] += std::max(0.0, mlp - silu);
-      o[kDown] += secs(at(l, Site::DownIn), at(l, Site::Out));
-      prev = at(l, Site::Out);
-    }
-    o[kLmHead] = secs(prev, t1);
-    return o;
-  };
-  const int64_t V = c.vocab_size;
-  std::vector<OpTimes> pre, dec;
-  std::vector<double> pre_step, dec_step;
-  for (int r = 0; r < w.reps; ++r) {
-    fwd.reset();
-    auto t0 = Clock::now();
-    fwd.step(w.prompt, /*all_logits=*/false);
-    auto t1 = Clock::now();
-    pre.push_back(attribute(t0, t1, p.silu_prefill));
-    pre_step.push_back(secs(t0, t1));
-    for (int64_t i = 0; i < w.decode; ++i) {
-      const int32_t id = decode_token(i, V);
-      auto a = Clock::now();
-      fwd.step(std::span(&id, 1), /*all_logits=*/false);
-      auto b = Clock::now();
-      dec.push_back(attribute(a, b, p.silu_decode));
-      dec_step.push_back(secs(a, b));
-    }
-  }
-  for (int h : handles) fwd.hooks().remove(h);
-  for (int op = 0; op < kNumOps; ++op) {
-    std::vector<double> a, b;
-    for (const OpTimes& o : pre) a.push_back(o[size_t(op)]);
-    for (const OpTimes& o : dec) b.push_back(o[size_t(op)]);
-    p.prefill[size_t(op)] = median(a);
-    p.decode[size_t(op)] = median(b);
-  }
-  p.prefill_step = median(pre_step);
-  p.decode_step = median(dec_step);
-  return p;
-}
-
-nlohmann::json profile_json(const Profile& p, bool decode_on) {
-  nlohmann::json pre, dec;
-  for (int op = 0; op < kNumOps; ++op) {
-    pre[kOpKeys[op]] = 1e3 * p.prefill[size_t(op)];
-    dec[kOpKeys[op]] = decode_on ? 1e3 * p.decode[size_t(op)] : 0.0;
-  }
-  return {{"prefill_ms", pre},
-          {"decode_ms", dec},
-          {"prefill_step_ms", 1e3 * p.prefill_step},
-          {"decode_step_ms", decode_on ? 1e3 * p.decode_step : 0.0},
-          {"act_quant_est_prefill_ms", 1e3 * p.quant_prefill},
-          {"act_quant_est_decode_ms", 1e3 * p.quant_decode},
-          {"silu_est_prefill_ms", 1e3 * p.silu_prefill},
-          {"silu_est_decode_ms", 1e3 * p.silu_decode}};
-}
-
 // ---- one configuration ----------------------------------------------------------------------
 
 struct Result {
@@ -417,22 +144,6 @@ struct Result {
   double achieved_gbs = 0;
   double kv_row_bytes = 0;  // KV bytes per cached token (all layers, K and V)
 };
-
-// Weight bytes of a decode step (linears + lm_head) and of the whole model (+ embeddings, norms).
-void weight_bytes(const Model& m, int64_t& decode, int64_t& total) {
-  const ModelWeights& w = m.weights();
-  const ModelConfig& c = m.config();
-  decode = mat_bytes(w.lm_head);
-  for (const LayerWeights& l : w.layers) {
-    for (int i = 0; i < kNumLinearRoles; ++i) {
-      const auto* pl = dynamic_cast<const runtime::PackedLinear*>(l.impl_of(i).get());
-      decode += pl ? int64_t(pl->bytes()) : mat_bytes(l.mat(i));
-    }
-  }
-  const bool tied = w.lm_head.data == w.embed.data;
-  total = decode + (tied ? 0 : mat_bytes(w.embed)) +
-          int64_t(sizeof(float)) * c.hidden_size * (2 * int64_t(c.num_layers) + 1);
-}
 
 }  // namespace
 

@@ -22,7 +22,7 @@
 
 #include "bench_util.h"
 #include "core/dtype.h"
-#include "io/weights.h"
+#include "core/mat.h"
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
 #include "kernels/ops.h"
@@ -159,12 +159,10 @@ void BM_RmsNorm(benchmark::State& st) {
 BENCHMARK(BM_RmsNorm)->Arg(1)->Arg(512)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 void BM_Rope(benchmark::State& st) {
-  ModelConfig cfg;
-  cfg.hidden_size = 2048;
-  cfg.num_heads = 32;
-  cfg.head_dim = 64;
-  cfg.rope_theta = 10000.0f;
-  const RopeTable rt = RopeTable::make(cfg);
+  RopeParams p;
+  p.head_dim = 64;
+  p.theta = 10000.0f;
+  const RopeTable rt = RopeTable::make(p);
   const int64_t T = st.range(0);
   std::vector<float> x = vec(size_t(T * 32 * 64), 9);
   std::vector<int32_t> pos(static_cast<size_t>(T));

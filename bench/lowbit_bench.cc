@@ -25,7 +25,7 @@
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq {
 namespace {

@@ -46,7 +46,7 @@
 #include "model/model.h"
 #include "perf/bench.h"
 #include "perf/profile.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "quant/sim.h"
 #include "runtime/artifact.h"
 #include "runtime/packed_linear.h"

@@ -45,7 +45,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq {

@@ -215,6 +215,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   return c;
 }
 
+RopeParams ModelConfig::rope() const {
+  RopeParams p;
+  p.head_dim = head_dim > 0 ? head_dim : (num_heads > 0 ? hidden_size / num_heads : 0);
+  p.theta = rope_theta;
+  p.scaling = rope_scaling;
+  return p;
+}
+
 ModelConfig ModelConfig::load(const std::string& path) {
   json j;
   try {

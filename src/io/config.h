@@ -6,18 +6,9 @@
 #include <string>
 #include <vector>
 
-namespace sinkq {
+#include "core/rope.h"
 
-// rope_scaling from config.json. type "none" when absent/null. Supported: "llama3" (Llama-3.1
-// frequency-dependent scaling), "linear" (positions divided by factor). Others: error.
-struct RopeScaling {
-  std::string type = "none";
-  float factor = 1.0f;
-  float low_freq_factor = 1.0f;
-  float high_freq_factor = 4.0f;
-  int original_max_position_embeddings = 8192;
-  bool operator==(const RopeScaling&) const = default;
-};
+namespace sinkq {
 
 enum class Arch { Llama, Mistral, Qwen2 };
 
@@ -45,6 +36,7 @@ struct ModelConfig {
   std::vector<int> eos_token_ids;
   std::string torch_dtype;   // informational
 
+  RopeParams rope() const;  // head_dim (or hidden_size / num_heads), rope_theta, rope_scaling
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
 

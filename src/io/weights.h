@@ -11,19 +11,12 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/mat.h"
 #include "io/config.h"
 #include "io/safetensors.h"
 
 namespace sinkq {
 
-// Type-erased 2-D matrix view (gemma.cpp's MatPtr idea): row-major, `rows` x `cols`.
-struct Mat {
-  DType dtype = DType::F32;
-  int64_t rows = 0, cols = 0;
-  const void* data = nullptr;
-  std::string name;  // HF tensor name, for messages
-  bool empty() const { return data == nullptr; }
-};
 
 // A linear layer's computation when it is not the fp32 matmul of its Mat: the packed low-bit
 // kernels (src/runtime/packed_linear.h) plug in here without the model depending on them.

@@ -19,8 +19,8 @@
 #include <span>
 #include <vector>
 
-#include "io/config.h"
-#include "io/weights.h"
+#include "core/mat.h"
+#include "core/rope.h"
 
 namespace sinkq {
 
@@ -45,7 +45,7 @@ struct RopeTable {
   int head_dim = 0;
   std::vector<float> inv_freq;       // [head_dim/2]
   float position_scale = 1.0f;       // positions are multiplied by this (1: unused)
-  static RopeTable make(const ModelConfig& cfg);
+  static RopeTable make(const RopeParams& p);
 };
 
 // In-place rotate_half RoPE (HF convention: pairs (i, i + head_dim/2)) on x[T, n_heads, head_dim]

@@ -17,20 +17,20 @@
 
 namespace sinkq {
 
-RopeTable RopeTable::make(const ModelConfig& cfg) {
+RopeTable RopeTable::make(const RopeParams& p) {
   RopeTable rt;
-  rt.head_dim = cfg.head_dim > 0 ? cfg.head_dim : (cfg.num_heads > 0 ? cfg.hidden_size / cfg.num_heads : 0);
+  rt.head_dim = p.head_dim;
   SINKQ_CHECK(rt.head_dim > 0 && rt.head_dim % 2 == 0, "RoPE: head_dim {} must be positive and even",
               rt.head_dim);
-  SINKQ_CHECK(cfg.rope_theta > 0.0f, "RoPE: rope_theta {} must be positive", cfg.rope_theta);
+  SINKQ_CHECK(p.theta > 0.0f, "RoPE: rope_theta {} must be positive", p.theta);
   const int half = rt.head_dim / 2;
-  const float base = cfg.rope_theta, dim = float(rt.head_dim);
+  const float base = p.theta, dim = float(rt.head_dim);
   rt.inv_freq.resize(half);
   for (int i = 0; i < half; ++i) {
     const float expo = float(2 * i) / dim;          // arange(...).float() / dim
     rt.inv_freq[i] = 1.0f / std::pow(base, expo);   // powf, then fp32 reciprocal
   }
-  const RopeScaling& sc = cfg.rope_scaling;
+  const RopeScaling& sc = p.scaling;
   if (sc.type == "none" || sc.type == "default") return rt;
   SINKQ_CHECK(sc.factor > 0.0f, "RoPE: rope_scaling.factor {} must be positive", sc.factor);
   if (sc.type == "linear") {

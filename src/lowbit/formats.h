@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::lowbit {
 

@@ -37,7 +37,7 @@
 #include <vector>
 
 #include "lowbit/formats.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::lowbit {
 

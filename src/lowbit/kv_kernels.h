@@ -30,7 +30,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::lowbit {
 

@@ -11,7 +11,7 @@
 
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")

@@ -6,7 +6,7 @@
 
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::lowbit::detail::scalar {
 

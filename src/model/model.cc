@@ -15,7 +15,7 @@ std::shared_ptr<Model> Model::load(const std::string& dir) {
   ModelFiles f = ModelFiles::load(dir);
   m->cfg_ = std::move(f.config);
   m->w_ = std::move(f.weights);
-  m->rope_ = RopeTable::make(m->cfg_);
+  m->rope_ = RopeTable::make(m->cfg_.rope());
   m->dir_ = dir;
   return m;
 }
@@ -66,7 +66,7 @@ inline void linear(const float* x, int64_t T, const Mat& w, const LinearImpl* im
 std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
-  m->rope_ = RopeTable::make(cfg);
+  m->rope_ = RopeTable::make(cfg.rope());
   uint64_t next_seed = seed;
   auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
     std::vector<uint8_t>& buf = m->storage_.emplace_back(size_t(rows * cols) * dtype_size(dtype));
@@ -105,7 +105,7 @@ std::shared_ptr<Model> Model::from_weights(const ModelConfig& cfg, ModelWeights 
               cfg.num_layers);
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
-  m->rope_ = RopeTable::make(cfg);
+  m->rope_ = RopeTable::make(cfg.rope());
   m->dir_ = std::move(dir);
   m->w_ = std::move(w);
   return m;

@@ -5,7 +5,7 @@
 
 #include "kernels/ops.h"
 #include "lowbit/kernels.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::perf {
 

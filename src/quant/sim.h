@@ -33,7 +33,7 @@
 #include "model/kv_prefix.h"
 #include "model/model.h"
 #include "quant/crossquant.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "quant/rotate.h"
 
 namespace sinkq::quant {

@@ -5,7 +5,7 @@
 // capacity in place of its fp32 KVCache (whose max_ctx rows are never allocated again). New K/V
 // rows are computed in fp32 scratch, pass the k / v site hooks (online rotations such as R3 run
 // there, before storage), and are quantized into the store with the one quantizer
-// (quant/quantizer.h) — the codes and scales the simulator's KV hooks (quant/sim.h KvSim) produce
+// (formats/quantizer.h) — the codes and scales the simulator's KV hooks (quant/sim.h KvSim) produce
 // when they fake-quantize the fp32 cache. The KV prefix (model/kv_prefix.h) stays fp32 and is
 // never quantized; reset() keeps it.
 //

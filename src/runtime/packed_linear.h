@@ -9,7 +9,7 @@
 //
 // What a packed linear computes is exactly what the simulator computes (quant/sim.h: weights
 // fake-quantized by fake_quant_weight, activations fake-quantized at attn_in / o_in / mlp_in /
-// down_in) with the same quantizer (quant/quantizer.h): the same integer codes and scales; only
+// down_in) with the same quantizer (formats/quantizer.h): the same integer codes and scales; only
 // the fp32 summation order differs (the GEMM sums integer products exactly, the simulated matmul
 // sums fp32 products), see lowbit/kernels.h for the per-output bound.
 //
@@ -38,7 +38,7 @@
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "model/sites.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::runtime {
 

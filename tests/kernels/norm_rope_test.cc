@@ -78,7 +78,7 @@ ModelConfig rope_cfg(int head_dim, float theta, RopeScaling sc = {}) {
 TEST(Rope, InvFreqDefaultMatchesDoubleFormula) {
   for (int d : {2, 64, 80, 128})
     for (float theta : {10000.0f, 500000.0f, 1e6f}) {
-      const RopeTable rt = RopeTable::make(rope_cfg(d, theta));
+      const RopeTable rt = RopeTable::make(rope_cfg(d, theta).rope());
       ASSERT_EQ(int(rt.inv_freq.size()), d / 2);
       EXPECT_EQ(rt.inv_freq[0], 1.0f);
       for (int i = 0; i < d / 2; ++i) {
@@ -115,7 +115,7 @@ TEST(Rope, Llama3InvFreqMatchesDoubleFormula) {
   sc.original_max_position_embeddings = 8192;
   for (int d : {64, 128}) {
     const float theta = 500000.0f;
-    const RopeTable rt = RopeTable::make(rope_cfg(d, theta, sc));
+    const RopeTable rt = RopeTable::make(rope_cfg(d, theta, sc).rope());
     const double e0 = (std::log(double(theta)) + 3) * kU;
     const double band = sc.high_freq_factor - sc.low_freq_factor;
     const double tol = e0 + 4 * kU + (sc.factor - 1) * (sc.high_freq_factor * (e0 + 3 * kU) + 2 * kU * band) / band;
@@ -138,12 +138,12 @@ TEST(Rope, LinearDividesFrequencies) {
   RopeScaling sc;
   sc.type = "linear";
   sc.factor = 4.0f;
-  const RopeTable plain = RopeTable::make(rope_cfg(64, 10000.0f));
-  const RopeTable lin = RopeTable::make(rope_cfg(64, 10000.0f, sc));
+  const RopeTable plain = RopeTable::make(rope_cfg(64, 10000.0f).rope());
+  const RopeTable lin = RopeTable::make(rope_cfg(64, 10000.0f, sc).rope());
   for (int i = 0; i < 32; ++i) EXPECT_EQ(lin.inv_freq[i], plain.inv_freq[i] / 4.0f);
   sc.type = "yarn";
-  EXPECT_THROW(RopeTable::make(rope_cfg(64, 10000.0f, sc)), Error);
-  EXPECT_THROW(RopeTable::make(rope_cfg(63, 10000.0f)), Error);  // odd head_dim
+  EXPECT_THROW(RopeTable::make(rope_cfg(64, 10000.0f, sc).rope()), Error);
+  EXPECT_THROW(RopeTable::make(rope_cfg(63, 10000.0f).rope()), Error);  // odd head_dim
 }
 
 // Fast and ref share the fp32 angle and fp32 cos/sin; the fast rotation rounds two products and
@@ -156,7 +156,7 @@ TEST(Rope, FastMatchesRef) {
     for (int d : {2, 6, 64, 80, 128})
       for (int64_t T : {1, 3, 7, 64}) {
         const int H = 3;
-        const RopeTable rt = RopeTable::make(rope_cfg(d, 500000.0f));
+        const RopeTable rt = RopeTable::make(rope_cfg(d, 500000.0f).rope());
         std::vector<int32_t> pos(static_cast<size_t>(T));
         for (int64_t t = 0; t < T; ++t) pos[t] = int32_t(rng() % 131072);
         const std::vector<float> x = ktest::random_vec(rng, size_t(T * H * d), -4.0f, 4.0f);
@@ -180,7 +180,7 @@ TEST(Rope, IsARotation) {
   std::mt19937_64 rng(6);
   const int d = 128, H = 2;
   const int64_t T = 50;
-  const RopeTable rt = RopeTable::make(rope_cfg(d, 10000.0f));
+  const RopeTable rt = RopeTable::make(rope_cfg(d, 10000.0f).rope());
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[t] = t == 0 ? 0 : int32_t(rng() % 100000);
   const std::vector<float> x = ktest::random_vec(rng, size_t(T * H * d));

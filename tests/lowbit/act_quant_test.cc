@@ -13,7 +13,7 @@
 #include "kernels/kernel_test_util.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "lowbit/formats.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

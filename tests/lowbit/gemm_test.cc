@@ -16,7 +16,7 @@
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

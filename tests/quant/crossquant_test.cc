@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "quant/crossquant.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::quant {
 namespace {

@@ -1,5 +1,5 @@
 // sinkq/quant/quantizer.cc — see quantizer.h for the definitions; docs/quant.md for the reasons.
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// sinkq/quant/quantizer.h — the one uniform-integer quantizer definition of the project.
+// sinkq/formats/quantizer.h — the one uniform-integer quantizer definition of the project.
 //
 // The simulator (fake_quant: quantize -> dequantize in fp32, applied at activation sites and to
 // weights) and the real integer kernels (quantize_to_int / dequantize, later SIMD) use exactly

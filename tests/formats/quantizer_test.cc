@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant/quantizer.h"
+#include "formats/quantizer.h"
 
 namespace sinkq::quant {
 namespace {

@@ -314,6 +314,32 @@ TEST(QuantizedModel, MatchesSimulatorOnSmolLM2) {
   expect_packed_matches_sim(sim, qm, toks, "smollm2 w8a8");
 }
 
+// The PrefixQuant presets on the real sink model: rotation, the [BOS] KV as a full-precision
+// prefix, grid-searched weight clips, static per-tensor activations and static KV scales — every
+// calibrated piece the artifact stores — packed = simulated (teacher-forced) within kTol. The
+// calibration is tiny (one 24-token sample, 24 weight rows, a grid of three ratios): what is
+// compared is the packed kernels against the simulator on the same scales, not their quality.
+TEST(QuantizedModel, PrefixQuantPresetsMatchSimulatorOnSmolLM2) {
+  const auto smol = Model::load(testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf");
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(24, 3)};
+  for (const char* preset : {"prefixquant-w4a4kv4", "prefixquant-w8a8kv8"}) {
+    SCOPED_TRACE(preset);
+    quant::SimConfig sc = quant::SimConfig::from_preset(preset);
+    sc.calib.weight_rows = 24;
+    sc.calib.grid = {1.0f, 0.9f, 0.8f};
+    sc.prefix.spec = "bos";
+    sc.prefix.bos_id = smol->config().bos_token_id;
+    sc.prefix.tokens = {int32_t(smol->config().bos_token_id)};
+    sc.prefix.source = quant::PrefixSim::Source::Fp;
+    const quant::SimModel sim = quant::build_sim(smol, sc, calib);
+    ASSERT_FALSE(sim.statics.empty());
+    ASSERT_TRUE(sim.prefix != nullptr);
+    const QuantizedModel qm = build_quantized(sim);
+    expect_packed_matches_sim(sim, qm, toks, std::string("smollm2 ") + preset);
+  }
+}
+
 TEST(QuantizedModel, FpDtypeRoundsEmbeddings) {
   quant::SimConfig sc = quant::SimConfig::from_preset("w8a8");
   sc.rotate.on = true;

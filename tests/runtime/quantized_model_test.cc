@@ -18,6 +18,7 @@
 
 #include "quant/rotate.h"
 #include "quant/sim.h"
+#include "runtime/forcing.h"
 #include "runtime/runtime_models.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
@@ -32,6 +33,7 @@ using testing::rel_diff;
 using ::testing::HasSubstr;
 using testing::error_of;
 
+using testmodels::Forcing;
 using testmodels::stories;
 // Qwen2 with biases, hidden 128 / intermediate 192 (runtime_models.h): whole g128 groups, a ragged tail.
 inline std::shared_ptr<const Model> tiny() { return testmodels::tiny_qwen2(); }
@@ -183,32 +185,6 @@ constexpr double kTol = 1e-5;
 // rounding can cross a static KV quantizer's rounding boundary as an activation can.
 constexpr Site kForced[] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn, Site::K, Site::V};
 
-struct Forcing {
-  std::map<std::pair<int, int>, std::vector<float>> inputs;
-  double worst = 0.0;
-  std::string worst_at;
-  void record(Forward& sim) {
-    for (Site s : kForced)
-      sim.hooks().add(s, -1, [this](SiteView& v) {
-        inputs[{v.layer, int(v.site)}].assign(v.data, v.data + v.tokens * v.features);
-      });
-  }
-  void force(Forward& packed) {
-    for (Site s : kForced)
-      packed.hooks().add(s, -1, [this](SiteView& v) {
-        const auto it = inputs.find({v.layer, int(v.site)});
-        ASSERT_NE(it, inputs.end());
-        ASSERT_EQ(it->second.size(), size_t(v.tokens * v.features));
-        const double d = rel_diff(std::vector<float>(v.data, v.data + v.tokens * v.features), it->second);
-        if (d > worst) {
-          worst = d;
-          worst_at = fmt::format("{} of layer {}", site_name(v.site), v.layer);
-        }
-        std::copy(it->second.begin(), it->second.end(), v.data);
-      });
-  }
-};
-
 // SimModel::attach with the recording hooks slotted in between the online rotations and the
 // quantization hooks (the same hooks, in the same order: checked free-running, bit for bit).
 void attach_recording(const quant::SimModel& sim, Forward& f, Forcing* forcing) {
@@ -249,6 +225,7 @@ void expect_packed_matches_sim(const quant::SimModel& sim, const QuantizedModel&
                                const std::string& label) {
   Forward simf(sim.model, kTokens);
   Forcing forcing;
+  forcing.sites.assign(std::begin(kForced), std::end(kForced));
   attach_recording(sim, simf, &forcing);
   Forward packed(qm.model, kTokens), free(qm.model, kTokens);
   qm.attach(packed);

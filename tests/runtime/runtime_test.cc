@@ -16,6 +16,7 @@
 
 #include "kernels/ops.h"
 #include "quant/sim.h"
+#include "runtime/forcing.h"
 #include "runtime/runtime_models.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
@@ -31,6 +32,7 @@ using ::testing::HasSubstr;
 using testing::error_of;
 
 using testmodels::mixtext;
+using testmodels::Forcing;
 using testmodels::stories;
 using testmodels::tiny_qwen2;
 
@@ -59,36 +61,6 @@ constexpr int kTokens = 48;
 // a whole quantization step (> 1e-3).
 constexpr double kTol = 1e-5;
 
-// Registers on `sim` (before its quantization hooks) hooks that record every linear input, and on
-// `packed` hooks that replace its linear inputs by the recorded ones. One step of <= max_batch
-// tokens (one call per site and layer). Before replacing, a packed input is compared with the
-// recorded one (`worst`, relative to the site's max |value|): the forcing would otherwise hide
-// q/k/v (whose effect reaches only o_in) and gate/up (only down_in).
-struct Forcing {
-  std::map<std::pair<int, int>, std::vector<float>> inputs;
-  double worst = 0.0;
-  std::string worst_at;
-  void record(Forward& sim) {
-    for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn})
-      sim.hooks().add(s, -1, [this](SiteView& v) {
-        inputs[{v.layer, int(v.site)}].assign(v.data, v.data + v.tokens * v.features);
-      });
-  }
-  void force(Forward& packed) {
-    for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn})
-      packed.hooks().add(s, -1, [this](SiteView& v) {
-        const auto it = inputs.find({v.layer, int(v.site)});
-        ASSERT_NE(it, inputs.end());
-        ASSERT_EQ(it->second.size(), size_t(v.tokens * v.features));
-        const double d = rel_diff(std::vector<float>(v.data, v.data + v.tokens * v.features), it->second);
-        if (d > worst) {
-          worst = d;
-          worst_at = fmt::format("{} of layer {}", site_name(v.site), v.layer);
-        }
-        std::copy(it->second.begin(), it->second.end(), v.data);
-      });
-  }
-};
 
 struct Scheme {
   const char* name;

@@ -14,8 +14,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "eval/analyze.h"
-#include "eval/calib_data.h"
-#include "eval/prefix.h"
+#include "calib/calib_data.h"
+#include "calib/prefix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
@@ -137,7 +137,7 @@ void register_analyze(CLI::App& app) {
                   "--prefix of {} tokens + --len {} exceeds the model's max_position_embeddings ({})", ptoks.size(),
                   len, max_pos);
       opt.prefix = KvPrefix::compute(model, ptoks);
-      // The body carries no [BOS] of its own: the prefix holds the sequence start (eval/prefix.h).
+      // The body carries no [BOS] of its own: the prefix holds the sequence start (calib/prefix.h).
       for (auto& s : calib.samples)
         if (!s.empty() && s[0] == tok->bos_id() && calib.bos) s.erase(s.begin());
       std::string texts;

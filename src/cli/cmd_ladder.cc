@@ -31,9 +31,9 @@
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
 #include "core/mmap.h"
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 #include "eval/ppl.h"
-#include "eval/prefix.h"
+#include "calib/prefix.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"
 

@@ -23,9 +23,9 @@
 #include "cli/quant_flags.h"
 #include "cli/runnable.h"
 #include "core/mmap.h"
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 #include "eval/ppl.h"
-#include "eval/prefix.h"
+#include "calib/prefix.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"
 

@@ -1,12 +1,12 @@
 // sinkq prefix find -m DIR --calib FILE [--calib-samples N] [--calib-len L] [--calib-seed S] [--eta E] [--json]
-// PrefixQuant §5.1: count outlier tokens on calibration samples and print the prefix (eval/prefix.h).
+// PrefixQuant §5.1: count outlier tokens on calibration samples and print the prefix (calib/prefix.h).
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "eval/calib_data.h"
-#include "eval/prefix.h"
+#include "calib/calib_data.h"
+#include "calib/prefix.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "eval/prefix.h"
+#include "calib/prefix.h"
 #include "runtime/artifact.h"
 
 namespace sinkq::cli {

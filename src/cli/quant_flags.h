@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 #include "model/model.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"
@@ -82,7 +82,7 @@ struct QuantPipeline {
 };
 
 // Loads the calibration samples if the config needs them (or --prefix auto needs them), resolves
-// the prefix tokens (eval/prefix.h: bos, ids, text, system, or PrefixQuant §5.1 on the calibration
+// the prefix tokens (calib/prefix.h: bos, ids, text, system, or PrefixQuant §5.1 on the calibration
 // samples with the full-precision, unrotated model), and runs quant::build_sim; progress and notes
 // on stderr, every line starting with `log` (e.g. "ppl").
 //   calib length: --calib-len, else min(512, max_position_embeddings); with a prefix and no

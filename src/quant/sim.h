@@ -126,7 +126,7 @@ struct CalibSim {
 
 // The full-precision KV prefix (model/kv_prefix.h) in front of every sequence: PrefixQuant's
 // prefixed outlier tokens, IntactKV's pivot tokens. `spec` is the --prefix value as given
-// (eval/prefix.h: bos | auto | ids:.. | text:.. | system:..); the CLI resolves it to `tokens`
+// (calib/prefix.h: bos | auto | ids:.. | text:.. | system:..); the CLI resolves it to `tokens`
 // (auto: PrefixQuant §5.1 on the calibration samples) before build_sim, which only reads tokens.
 //
 // Decisions (docs/prefix.md):
@@ -150,7 +150,7 @@ struct CalibSim {
 //     prefix tokens are part of what the quantized model processes, so calibration samples are
 //     prefix tokens + body, with no KvPrefix (static scales then cover the prefix tokens too,
 //     as a plain quantized model's would).
-//   * [BOS]. Calibration samples start with [BOS] (eval/calib_data.h). When the prefix contains
+//   * [BOS]. Calibration samples start with [BOS] (calib/calib_data.h). When the prefix contains
 //     the tokenizer's [BOS] (`bos_id`; PrefixQuant's prefixes end in it, IntactKV[B] is it, a
 //     rendered system prompt starts with it), a sample's leading [BOS] is dropped: a second [BOS]
 //     in the body would be an outlier / sink again (PrefixQuant §5.1) and the prefix protocol and

@@ -80,7 +80,7 @@ TEST(CliPrefix, PrefixQuantPresetFindsThePrefixAndCalibratesBehindIt) {
   EXPECT_EQ(p.at("spec"), "auto");
   EXPECT_TRUE(p.at("found").contains("o"));
   EXPECT_TRUE(p.at("found").contains("counts"));
-  EXPECT_EQ(p.at("tokens").back(), 1);  // [BOS] last (eval/prefix.h)
+  EXPECT_EQ(p.at("tokens").back(), 1);  // [BOS] last (calib/prefix.h)
   const json& c = j.at("config");
   EXPECT_EQ(c.at("preset"), "prefixquant-w4a8kv4");
   EXPECT_EQ(c.at("rotation").at("on"), true);

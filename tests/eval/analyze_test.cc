@@ -12,7 +12,7 @@
 #include <tuple>
 
 #include "core/mmap.h"
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 #include "eval/svg.h"
 #include "quant/crossquant.h"
 #include "util/planted.h"

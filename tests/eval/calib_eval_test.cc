@@ -1,11 +1,11 @@
 // Calibrated simulation end to end on mixtext-2.5M (quant::build_sim + perplexity): static
-// per-tensor activations calibrated on C4 samples (eval/calib_data.h), scored on WikiText-2.
+// per-tensor activations calibrated on C4 samples (calib/calib_data.h), scored on WikiText-2.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/mmap.h"
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 #include "eval/ppl.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"

@@ -1,4 +1,4 @@
-#include "eval/calib_data.h"
+#include "calib/calib_data.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,4 +1,4 @@
-// sinkq/eval/calib_data.h — calibration samples: N sequences of L tokens drawn from a text file,
+// sinkq/calib/calib_data.h — calibration samples: N sequences of L tokens drawn from a text file,
 // seeded and reproducible (same file, tokenizer, options → the same token ids on every machine).
 //
 // Input formats (chosen by content, not by name):

@@ -1,4 +1,4 @@
-#include "eval/prefix.h"
+#include "calib/prefix.h"
 
 #include <fmt/format.h>
 

@@ -1,10 +1,10 @@
-// tests/eval/prefix_spec_test.cc — --prefix values and system prompts (eval/prefix.h).
+// tests/eval/prefix_spec_test.cc — --prefix values and system prompts (calib/prefix.h).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "eval/prefix.h"
+#include "calib/prefix.h"
 #include "util/testutil.h"
 
 namespace sinkq {

@@ -1,4 +1,4 @@
-// sinkq/eval/prefix.h — which tokens go into the full-precision KV prefix (model/kv_prefix.h).
+// sinkq/calib/prefix.h — which tokens go into the full-precision KV prefix (model/kv_prefix.h).
 //
 // --prefix values (parse_prefix_spec):
 //   bos            [BOS] alone: IntactKV[B]
@@ -25,7 +25,7 @@
 //   * A model without BOS: the (o) most frequent non-initial outlier tokens, without [BOS]; if
 //     there are none, the most frequent outlier token at the initial position (any token there is
 //     a sink). Nothing found at all → sinkq::Error: there is nothing to prefix.
-//   * Calibration samples start with [BOS] (eval/calib_data.h), as inference does. With the prefix
+//   * Calibration samples start with [BOS] (calib/calib_data.h), as inference does. With the prefix
 //     in place, the body must not start with a second [BOS]: it would become an outlier token again
 //     (a new initial-like sink inside the body). The prefix protocol (eval/ppl.h) feeds text
 //     without BOS, and generate() encodes the prompt without BOS when the prefix has one.
@@ -39,7 +39,7 @@
 #include <string_view>
 #include <vector>
 
-#include "eval/analyze.h"
+#include "calib/outliers.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 

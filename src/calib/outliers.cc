@@ -1,0 +1,177 @@
+// sinkq/calib/outliers.cc — see outliers.h.
+#include "calib/outliers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace sinkq {
+
+// ---- token-wise maxima ----------------------------------------------------------------------
+
+void token_max(const float* x, int64_t rows, int64_t cols, float* out) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* r = x + i * cols;
+    float m = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) m = std::max(m, std::fabs(r[j]));
+    out[i] = m;
+  }
+}
+
+float lower_median(std::span<const float> v) {
+  if (v.empty()) return 0.0f;
+  std::vector<float> c(v.begin(), v.end());
+  const auto mid = c.begin() + std::ptrdiff_t((c.size() - 1) / 2);
+  std::nth_element(c.begin(), mid, c.end());
+  return *mid;
+}
+
+namespace {
+double ratio(double num, double den) {
+  if (den > 0) return num / den;
+  return num > 0 ? INFINITY : std::nan("");  // 0/0: no information
+}
+}  // namespace
+
+double TokenMaxStats::top1_over_median() const { return tokens ? ratio(top1, median) : std::nan(""); }
+double TokenMaxStats::median_over_min1() const { return tokens ? ratio(median, min1) : std::nan(""); }
+
+TokenMaxStats token_max_stats(std::span<const float> maxima) {
+  TokenMaxStats s;
+  s.tokens = int64_t(maxima.size());
+  if (maxima.empty()) return s;
+  const auto [lo, hi] = std::minmax_element(maxima.begin(), maxima.end());
+  s.min1 = *lo;
+  s.top1 = *hi;
+  s.median = lower_median(maxima);
+  return s;
+}
+
+// ---- outlier tokens -------------------------------------------------------------------------
+
+std::vector<int64_t> outlier_indices(std::span<const float> m, double eta) {
+  std::vector<int64_t> out;
+  const float med = lower_median(m);
+  for (size_t t = 0; t < m.size(); ++t) {
+    // M_t / med > eta, written without dividing so that med = 0 behaves as +inf (M_t > 0).
+    if (double(m[t]) > eta * double(med)) out.push_back(int64_t(t));
+  }
+  return out;
+}
+
+int OutlierStats::outlier_number() const {
+  if (sequences <= 0) return 0;
+  int64_t most = 0;
+  for (int64_t c : count) most = std::max(most, c);
+  return int((most + sequences - 1) / sequences);
+}
+
+std::vector<int32_t> OutlierStats::frequent_tokens(int o) const {
+  std::vector<int32_t> ids;
+  for (const OutlierTokenCount& c : counts) {  // already in the documented order
+    if (int(ids.size()) >= o) break;
+    if (c.non_initial > 0) ids.push_back(c.token_id);
+  }
+  return ids;
+}
+
+namespace {
+std::string text_of(const Tokenizer* tok, int32_t id) {
+  if (!tok) return "";
+  if (id < 0 || id >= tok->vocab_size()) return fmt::format("<id {}>", id);
+  return tok->token_text(id);
+}
+}  // namespace
+
+OutlierFinder::OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok) : fwd_(fwd), tok_(tok) {
+  SINKQ_CHECK(std::isfinite(eta) && eta > 0, "outlier threshold eta = {} must be a positive number", eta);
+  const int L = fwd.model().config().num_layers;
+  stats_.eta = eta;
+  stats_.count.assign(size_t(L), 0);
+  stats_.mean_count.assign(size_t(L), 0.0);
+  rows_.resize(size_t(L));
+  handle_ = fwd.hooks().add(Site::DownIn, -1, [this](SiteView& v) {
+    std::vector<Row>& rows = rows_[size_t(v.layer)];
+    for (int64_t t = 0; t < v.tokens; ++t) {
+      float m = 0;
+      token_max(v.row(t), 1, v.features, &m);
+      rows.push_back({v.positions[size_t(t)], v.token_ids[size_t(t)], m});
+    }
+  });
+}
+
+OutlierFinder::~OutlierFinder() { fwd_.hooks().remove(handle_); }
+
+void OutlierFinder::end_sequence() {
+  const int64_t sample = stats_.sequences++;
+  std::set<int64_t> positions;  // outlier in at least one layer
+  std::map<int32_t, OutlierTokenCount> by_id;
+  for (const OutlierTokenCount& c : stats_.counts) by_id[c.token_id] = c;
+  std::vector<float> m;
+  for (size_t l = 0; l < rows_.size(); ++l) {
+    std::vector<Row>& rows = rows_[l];
+    m.resize(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) m[t] = rows[t].max;
+    const float med = lower_median(m);
+    std::vector<OutlierToken> found;
+    for (int64_t t : outlier_indices(m, stats_.eta)) {
+      const Row& r = rows[size_t(t)];
+      OutlierToken o;
+      o.layer = int(l);
+      o.sample = sample;
+      o.position = r.position;
+      o.token_id = r.token_id;
+      o.token_max = r.max;
+      o.median = med;
+      o.ratio = ratio(r.max, med);
+      o.text = text_of(tok_, r.token_id);
+      found.push_back(std::move(o));
+    }
+    std::sort(found.begin(), found.end(), [](const OutlierToken& a, const OutlierToken& b) {
+      return a.position < b.position;
+    });
+    for (OutlierToken& o : found) {
+      OutlierTokenCount& c = by_id[o.token_id];
+      c.token_id = o.token_id;
+      c.text = o.text;
+      ++c.occurrences;
+      if (o.position != 0) ++c.non_initial;
+      if (positions.insert(o.position).second) ++c.positions;
+      ++stats_.count[l];
+      stats_.tokens.push_back(std::move(o));
+    }
+    rows.clear();
+  }
+  // Keep `tokens` ordered by (layer, sample, position): a stable sort after appending.
+  std::stable_sort(stats_.tokens.begin(), stats_.tokens.end(),
+                   [](const OutlierToken& a, const OutlierToken& b) { return a.layer < b.layer; });
+  for (size_t l = 0; l < stats_.count.size(); ++l)
+    stats_.mean_count[l] = double(stats_.count[l]) / double(stats_.sequences);
+  stats_.counts.clear();
+  for (auto& [id, c] : by_id) stats_.counts.push_back(std::move(c));
+  std::sort(stats_.counts.begin(), stats_.counts.end(), [](const OutlierTokenCount& a, const OutlierTokenCount& b) {
+    if (a.non_initial != b.non_initial) return a.non_initial > b.non_initial;
+    if (a.occurrences != b.occurrences) return a.occurrences > b.occurrences;
+    return a.token_id < b.token_id;
+  });
+}
+
+OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
+                                 const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress) {
+  OutlierFinder finder(fwd, eta, tok);
+  for (size_t i = 0; i < samples.size(); ++i) {
+    SINKQ_CHECK(!samples[i].empty(), "outlier tokens: sample {} is empty", i);
+    fwd.reset();
+    fwd.step(samples[i], /*all_logits=*/false);
+    finder.end_sequence();
+    if (progress) progress(int64_t(i + 1), int64_t(samples.size()));
+  }
+  return finder.stats();
+}
+
+}  // namespace sinkq

@@ -156,4 +156,10 @@ nlohmann::json FoundPrefix::to_json(const Tokenizer* tok) const {
   return j;
 }
 
+std::string tokens_text(const std::vector<int32_t>& ids, const Tokenizer& tok) {
+  std::string s;
+  for (int32_t id : ids) s += fmt::format("{}{} {:?}", s.empty() ? "" : ", ", id, tok.token_text(id));
+  return s;
+}
+
 }  // namespace sinkq

@@ -80,4 +80,7 @@ struct FoundPrefix {
 FoundPrefix find_prefix(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta, int bos_id,
                         const Tokenizer* tok = nullptr, const std::function<void(int64_t, int64_t)>& progress = {});
 
+// "id 'text', id 'text'" of a token list (for printed prefixes).
+std::string tokens_text(const std::vector<int32_t>& ids, const Tokenizer& tok);
+
 }  // namespace sinkq

@@ -23,6 +23,7 @@
 
 #include "calib/calib_data.h"
 #include "model/model.h"
+#include "quant/pipeline.h"
 #include "quant/sim.h"
 #include "tokenizer/tokenizer.h"
 
@@ -72,26 +73,11 @@ struct QuantFlags {
 // Declares every flag above on cmd and returns the struct they write into.
 std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd);
 
-struct QuantPipeline {
-  quant::SimModel sim;
-  nlohmann::json calib_json;  // null when no calibration samples were loaded; else what was loaded
-  CalibSet calib;             // the samples as loaded (with [BOS] when the tokenizer has one)
-  // How the prefix was found: null without a prefix; else {"spec", "tokens", "texts", "source",
-  // "how"} and, for auto, "found" (FoundPrefix::to_json: o, counts, ...).
-  nlohmann::json prefix_json;
-};
-
-// Loads the calibration samples if the config needs them (or --prefix auto needs them), resolves
-// the prefix tokens (calib/prefix.h: bos, ids, text, system, or PrefixQuant §5.1 on the calibration
-// samples with the full-precision, unrotated model), and runs quant::build_sim; progress and notes
-// on stderr, every line starting with `log` (e.g. "ppl").
-//   calib length: --calib-len, else min(512, max_position_embeddings); with a prefix and no
-//   --calib-len, samples are then cut at the end so that P + body fits max_position_embeddings
-//   (the body drops its leading [BOS] behind a prefix that holds one: quant/sim.h PrefixSim).
+// The library's pipeline (quant/pipeline.h) with these flags: f.config(), --prefix-eta, and a
+// note when --calib* flags were given for a configuration that calibrates nothing; progress on
+// stderr as every command prints it, lines starting with `log` (e.g. "ppl").
+using QuantPipeline = quant::Pipeline;
 QuantPipeline run_quant_pipeline(const QuantFlags& f, std::shared_ptr<const Model> model, const Tokenizer& tok,
                                  std::string_view log);
-
-// "id 'text', id 'text'" of a token list (for printed prefixes).
-std::string tokens_text(const std::vector<int32_t>& ids, const Tokenizer& tok);
 
 }  // namespace sinkq::cli

@@ -77,25 +77,23 @@ struct LayerWeights {
   } impl;
 
   // The matrix / the implementation slot of linear role i (kLinearRoles order).
-  Mat& mat(int i) { return *mats_[i](*this); }
-  const Mat& mat(int i) const { return *mats_[i](const_cast<LayerWeights&>(*this)); }
-  std::shared_ptr<const LinearImpl>& impl_of(int i) { return *impls_[i](*this); }
-  const std::shared_ptr<const LinearImpl>& impl_of(int i) const { return *impls_[i](const_cast<LayerWeights&>(*this)); }
-
- private:
-  using MatOf = Mat* (*)(LayerWeights&);
-  using ImplOf = std::shared_ptr<const LinearImpl>* (*)(LayerWeights&);
-  static constexpr MatOf mats_[kNumLinearRoles] = {
-      [](LayerWeights& l) { return &l.wq; },     [](LayerWeights& l) { return &l.wk; },
-      [](LayerWeights& l) { return &l.wv; },     [](LayerWeights& l) { return &l.wo; },
-      [](LayerWeights& l) { return &l.w_gate; }, [](LayerWeights& l) { return &l.w_up; },
-      [](LayerWeights& l) { return &l.w_down; }};
-  static constexpr ImplOf impls_[kNumLinearRoles] = {
-      [](LayerWeights& l) { return &l.impl.q; },    [](LayerWeights& l) { return &l.impl.k; },
-      [](LayerWeights& l) { return &l.impl.v; },    [](LayerWeights& l) { return &l.impl.o; },
-      [](LayerWeights& l) { return &l.impl.gate; }, [](LayerWeights& l) { return &l.impl.up; },
-      [](LayerWeights& l) { return &l.impl.down; }};
+  Mat& mat(int i);
+  const Mat& mat(int i) const;
+  std::shared_ptr<const LinearImpl>& impl_of(int i);
+  const std::shared_ptr<const LinearImpl>& impl_of(int i) const;
 };
+
+// Role i's members, in kLinearRoles order.
+inline constexpr Mat LayerWeights::*kRoleMats[kNumLinearRoles] = {
+    &LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
+    &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down};
+inline constexpr std::shared_ptr<const LinearImpl> LayerWeights::Impls::*kRoleImpls[kNumLinearRoles] = {
+    &LayerWeights::Impls::q, &LayerWeights::Impls::k, &LayerWeights::Impls::v, &LayerWeights::Impls::o,
+    &LayerWeights::Impls::gate, &LayerWeights::Impls::up, &LayerWeights::Impls::down};
+inline Mat& LayerWeights::mat(int i) { return this->*kRoleMats[i]; }
+inline const Mat& LayerWeights::mat(int i) const { return this->*kRoleMats[i]; }
+inline std::shared_ptr<const LinearImpl>& LayerWeights::impl_of(int i) { return impl.*kRoleImpls[i]; }
+inline const std::shared_ptr<const LinearImpl>& LayerWeights::impl_of(int i) const { return impl.*kRoleImpls[i]; }
 
 struct ModelWeights {
   TensorStore store;                 // keeps the mappings alive

@@ -20,12 +20,12 @@
 
 #include "bench_util.h"
 #include "core/dtype.h"
+#include "formats/quantizer.h"
 #include "io/weights.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
-#include "formats/quantizer.h"
 
 namespace sinkq {
 namespace {

@@ -45,8 +45,8 @@
 #include <vector>
 
 #include "calib/outliers.h"
-#include "model/model.h"
 #include "formats/quantizer.h"
+#include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq {

@@ -36,8 +36,8 @@
 #include <string_view>
 #include <vector>
 
-#include "lowbit/formats.h"
 #include "formats/quantizer.h"
+#include "lowbit/formats.h"
 
 namespace sinkq::lowbit {
 

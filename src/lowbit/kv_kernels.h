@@ -27,10 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/quantizer.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
-#include "formats/quantizer.h"
 
 namespace sinkq::lowbit {
 

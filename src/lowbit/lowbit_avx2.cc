@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
+#include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
-#include "formats/quantizer.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
+#include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
-#include "formats/quantizer.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")

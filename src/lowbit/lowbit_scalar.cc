@@ -4,9 +4,9 @@
 // paths, so SINKQ_ISA=scalar exercises the same control flow.
 #include <cstdint>
 
+#include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
-#include "formats/quantizer.h"
 
 namespace sinkq::lowbit::detail::scalar {
 

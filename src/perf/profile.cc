@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
+#include "formats/quantizer.h"
 #include "kernels/ops.h"
 #include "lowbit/kernels.h"
-#include "formats/quantizer.h"
 
 namespace sinkq::perf {
 

@@ -178,15 +178,7 @@ std::vector<int> attach_dynamic_hooks(Forward& fwd, const SimConfig& cfg) {
     }
   }
   if (cfg.kv.on() && cfg.kv.mode == KvMode::Dynamic) {
-    QuantSpec spec;
-    spec.bits = cfg.kv.bits;
-    spec.symmetric = cfg.kv.symmetric;
-    if (cfg.kv.granularity == KvGranularity::Head) {
-      spec.granularity = Granularity::PerHead;
-      spec.head_dim = mc.head_dim;
-    } else {
-      spec.granularity = Granularity::PerRow;
-    }
+    const QuantSpec spec = cfg.kv.spec(mc.head_dim);
     // layer -1: every layer; the logits site is never K or V, so only k/v of each layer run it.
     for (Site s : {Site::K, Site::V}) handles.push_back(hooks.add(s, -1, dynamic_hook(spec)));
   }

@@ -30,10 +30,10 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/quantizer.h"
 #include "model/kv_prefix.h"
 #include "model/model.h"
 #include "quant/crossquant.h"
-#include "formats/quantizer.h"
 #include "quant/rotate.h"
 
 namespace sinkq::quant {
@@ -102,6 +102,13 @@ struct ActSim {
   bool on() const { return bits != kBitsOff; }
 };
 
+// The quantizer granularity of a KV setting: dynamic per (token, head) / per token, static per
+// head shared by every token / per tensor. One mapping for the simulator and the packed KV store.
+inline Granularity kv_granularity(KvMode mode, KvGranularity g) {
+  if (mode == KvMode::Dynamic) return g == KvGranularity::Head ? Granularity::PerHead : Granularity::PerRow;
+  return g == KvGranularity::Head ? Granularity::PerHeadShared : Granularity::PerTensor;
+}
+
 struct KvSim {
   int bits = kBitsOff;
   KvMode mode = KvMode::Dynamic;
@@ -110,6 +117,15 @@ struct KvSim {
   bool clip_grid = true;   // Static only, as ActSim
   float clip = 1.0f;
   bool on() const { return bits != kBitsOff; }
+  // The QuantSpec of the K and V sites (clip ratio 1; a static search sets its own).
+  QuantSpec spec(int head_dim) const {
+    QuantSpec s;
+    s.bits = bits;
+    s.symmetric = symmetric;
+    s.granularity = kv_granularity(mode, granularity);
+    if (granularity == KvGranularity::Head) s.head_dim = head_dim;
+    return s;
+  }
 };
 
 // Where the calibration samples come from and how the searches use them. The samples themselves

@@ -155,21 +155,11 @@ bool static_site(const SimConfig& c, Site s) {
 
 QuantSpec static_spec(const SimConfig& c, Site s, const ModelConfig& mc) {
   SINKQ_ASSERT(static_site(c, s));
+  if (s == Site::K || s == Site::V) return c.kv.spec(mc.head_dim);
   QuantSpec spec;
-  if (s == Site::K || s == Site::V) {
-    spec.bits = c.kv.bits;
-    spec.symmetric = c.kv.symmetric;
-    if (c.kv.granularity == KvGranularity::Head) {
-      spec.granularity = Granularity::PerHeadShared;
-      spec.head_dim = mc.head_dim;
-    } else {
-      spec.granularity = Granularity::PerTensor;
-    }
-  } else {
-    spec.bits = c.a.bits;
-    spec.symmetric = c.a.symmetric;
-    spec.granularity = Granularity::PerTensor;
-  }
+  spec.bits = c.a.bits;
+  spec.symmetric = c.a.symmetric;
+  spec.granularity = Granularity::PerTensor;
   return spec;
 }
 

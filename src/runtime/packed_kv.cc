@@ -12,12 +12,7 @@ namespace sinkq::runtime {
 
 namespace {
 
-quant::Granularity granularity_of(const KvScheme& s) {
-  if (s.mode == quant::KvMode::Dynamic)
-    return s.granularity == quant::KvGranularity::Head ? quant::Granularity::PerHead : quant::Granularity::PerRow;
-  return s.granularity == quant::KvGranularity::Head ? quant::Granularity::PerHeadShared
-                                                     : quant::Granularity::PerTensor;
-}
+quant::Granularity granularity_of(const KvScheme& s) { return quant::kv_granularity(s.mode, s.granularity); }
 
 bool kv_site(Site s) { return s == Site::K || s == Site::V; }
 

@@ -33,12 +33,12 @@
 #include <string>
 #include <vector>
 
+#include "formats/quantizer.h"
 #include "io/weights.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "model/sites.h"
-#include "formats/quantizer.h"
 
 namespace sinkq::runtime {
 

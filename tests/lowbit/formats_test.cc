@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "lowbit/formats.h"
 #include "formats/quantizer.h"
+#include "lowbit/formats.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "formats/quantizer.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
-#include "formats/quantizer.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "formats/quantizer.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kv_kernels.h"
-#include "formats/quantizer.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {

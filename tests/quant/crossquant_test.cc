@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "quant/crossquant.h"
 #include "formats/quantizer.h"
+#include "quant/crossquant.h"
 
 namespace sinkq::quant {
 namespace {

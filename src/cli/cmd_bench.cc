@@ -10,13 +10,14 @@
 // --quant fp32,w8a8,w4a8,w4a8kv4,... runs the same workload on packed low-bit models (runtime::pack_model:
 // real int8 / int4 linears on the lowbit kernels) side by side with the fp32 engine, and adds a
 // per-op profile of every configuration. Names: `fp32` (the model as loaded: fp32 compute on its
-// weight dtype) or w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static]:
+// weight dtype) or any name quant::Recipe::from_preset knows (the presets without calibration,
+// and the short names w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static], recipe.h):
 //   w8 / w4    int8 / int4 weights, one scale per output channel, or per group of 32/64/128 input
 //              columns (-gN; 4-bit only), symmetric or asymmetric (-asym, 4-bit groups only)
 //   a8 / a4    int8 / int4 activations at the inputs of q/k/v, o, gate/up and down: dynamic per-token
-//              scales, or static per-tensor ones (-static), calibrated with quant::Calibrator (plain
-//              abs-max, clip 1) on the activations of one fp32 prefill of the same synthetic tokens
-//              (sites attn_in, o_in, mlp_in, down_in of every layer)
+//              scales, or static per-tensor ones (-static), calibrated by plain abs-max
+//              (quant::calibrate_static_max, clip 1) on one fp32 prefill of the same synthetic
+//              tokens: bench measures speed, whose figures do not depend on the scale values
 //   kv8 / kv4  the packed int8 / int4 KV cache (runtime/packed_kv.h), dynamic per (token, KV head);
 //              without it the KV cache stays fp32
 // Embeddings and lm_head are held as `sinkq quantize --fp-dtype` would store them (--fp-dtype,
@@ -33,7 +34,6 @@
 #include <fstream>
 #include <map>
 #include <optional>
-#include <regex>
 #include <span>
 #include <string>
 
@@ -47,6 +47,7 @@
 #include "model/model.h"
 #include "perf/bench.h"
 #include "perf/profile.h"
+#include "quant/calibrate.h"
 #include "quant/sim.h"
 #include "runtime/artifact.h"
 #include "runtime/packed_linear.h"
@@ -61,32 +62,28 @@ using namespace perf;
 
 struct QuantChoice {
   std::string name;
-  bool fp = true;               // the model as loaded
-  runtime::RuntimeConfig cfg;   // !fp
-  int kv_bits = 16;             // 8 / 4: the packed KV cache (dynamic per head), 16: fp32 cache
+  bool fp = true;        // the model as loaded
+  quant::Recipe recipe;  // !fp: quant::Recipe::from_preset(name), static scales by plain abs-max
 };
 
 QuantChoice parse_quant(const std::string& name) {
   QuantChoice q;
   q.name = name;
   if (name == "fp32") return q;
-  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?");
-  std::smatch m;
-  SINKQ_CHECK(std::regex_match(name, m, re),
-              "--quant: unknown configuration '{}': expected fp32 or w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym]"
-              "[-static] (e.g. w8a8, w4a8, w4a8kv4, w4a8-g128, w4a4-static)", name);
   q.fp = false;
-  q.cfg.w.bits = std::stoi(m[1]);
-  q.cfg.a.bits = std::stoi(m[2]);
-  q.kv_bits = m[4].matched ? std::stoi(m[4]) : 16;
-  q.cfg.w.group = m[6].matched ? std::stoi(m[6]) : 0;
-  q.cfg.w.symmetric = !m[7].matched;
-  q.cfg.a.mode = m[8].matched ? runtime::ActMode::Static : runtime::ActMode::Dynamic;
   try {
-    runtime::RuntimeConfig check = q.cfg;
-    check.a.scales.clear();
-    if (check.a.mode == runtime::ActMode::Static) check.a.scales.resize(1);  // the table comes later
-    check.validate();
+    q.recipe = quant::Recipe::from_preset(name);
+    // Speed only: static scales by abs-max on one fp32 prefill (quant::calibrate_static_max), no
+    // grid search, no rotation or prefix (a preset that needs calibration data is refused below).
+    if (q.recipe.act_static()) {
+      q.recipe.a.clip_grid = false;
+      q.recipe.a.clip = 1.0f;
+    }
+    SINKQ_CHECK(!q.recipe.rotate.on && !q.recipe.prefix.requested() && !q.recipe.weight_clip_grid() &&
+                    !q.recipe.kv_static(),
+                "bench times packed configurations without calibration data: rotation, prefixes, the weight clip "
+                "grid and static KV need 'sinkq quantize' (then bench the artifact with -m)");
+    runtime::check_runnable(q.recipe);
   } catch (const Error& e) {
     fail("--quant {}: {}", name, e.what());
   }
@@ -108,28 +105,6 @@ std::vector<QuantChoice> parse_quant_list(const std::string& list) {
   auto it = std::find_if(out.begin(), out.end(), [](const QuantChoice& q) { return q.fp; });
   if (it == out.end()) out.insert(out.begin(), parse_quant("fp32"));
   else std::rotate(out.begin(), it, it + 1);
-  return out;
-}
-
-// Static per-tensor activation params of every (layer, site) from one fp32 prefill.
-std::vector<runtime::StaticActScale> calibrate_static(Forward& fwd, std::span<const int32_t> prompt, int bits) {
-  constexpr Site kSites[4] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn};
-  const int L = fwd.model().config().num_layers;
-  const quant::QuantSpec spec = lowbit::quant_spec(bits == 8 ? lowbit::PackedFormat::A8_PerTensor
-                                                             : lowbit::PackedFormat::A4_PerTensor);
-  std::vector<quant::Calibrator> cal;
-  for (int i = 0; i < L * 4; ++i) cal.emplace_back(spec);
-  std::vector<int> handles;
-  for (int s = 0; s < 4; ++s)
-    handles.push_back(fwd.hooks().add(kSites[s], -1, [&cal, s](SiteView& v) {
-      cal[size_t(v.layer) * 4 + size_t(s)].observe(v.data, v.tokens, v.features);
-    }));
-  fwd.reset();
-  fwd.step(prompt, /*all_logits=*/false);
-  for (int h : handles) fwd.hooks().remove(h);
-  std::vector<runtime::StaticActScale> out;
-  for (int l = 0; l < L; ++l)
-    for (int s = 0; s < 4; ++s) out.push_back({l, kSites[s], cal[size_t(l) * 4 + size_t(s)].params()});
   return out;
 }
 
@@ -244,7 +219,7 @@ void register_bench(CLI::App& app) {
     Timing sim;
     std::string sim_desc;
     if (!o->sim_preset.empty()) {
-      quant::SimConfig sc = quant::SimConfig::from_preset(o->sim_preset);
+      quant::Recipe sc = quant::Recipe::from_preset(o->sim_preset);
       sc.w.bits = quant::kBitsOff;  // the hooks' cost only: weights stay as they are
       SINKQ_CHECK(sc.a.on() || sc.kv.on(), "--sim-preset {} quantizes no activations or KV: nothing to time",
                   o->sim_preset);
@@ -264,7 +239,7 @@ void register_bench(CLI::App& app) {
 
     // --quant: every configuration on the same workload, fp32 first.
     std::vector<Result> results;
-    std::map<int, std::vector<runtime::StaticActScale>> static_scales;  // by activation bits
+    std::map<int, std::vector<quant::StaticQuant>> static_scales;  // by activation bits
     for (const QuantChoice& q : choices) {
       Result r;
       r.name = q.name;
@@ -278,18 +253,19 @@ void register_bench(CLI::App& app) {
         weight_bytes(*model, r.decode_weight_bytes, r.model_bytes);
         r.peak_rss = proc_status_bytes("VmHWM:");
       } else {
-        runtime::RuntimeConfig cfg = q.cfg;
-        if (cfg.a.mode == runtime::ActMode::Static) {
-          auto it = static_scales.find(cfg.a.bits);
+        std::vector<quant::StaticQuant> statics;
+        if (q.recipe.act_static()) {
+          auto it = static_scales.find(q.recipe.a.bits);
           if (it == static_scales.end()) {
             std::fprintf(stderr, "bench: calibrating static int%d activation scales (one fp32 prefill of %lld tokens)\n",
-                         cfg.a.bits, (long long)o->prefill);
+                         q.recipe.a.bits, (long long)o->prefill);
             const auto t0 = Clock::now();
-            it = static_scales.emplace(cfg.a.bits, calibrate_static(fwd, work.prompt, cfg.a.bits)).first;
+            it = static_scales.emplace(q.recipe.a.bits, quant::calibrate_static_max(fwd, q.recipe, work.prompt)).first;
             r.calib_s = secs(t0, Clock::now());
           }
-          cfg.a.scales = it->second;
+          statics = it->second;
         }
+        const runtime::RuntimeConfig cfg = runtime::runtime_config(q.recipe, statics);
         r.describe = cfg.describe();
         if (peak_resettable) reset_peak_rss();
         std::fprintf(stderr, "bench: %s: packing (%s)\n", q.name.c_str(), r.describe.c_str());
@@ -307,9 +283,8 @@ void register_bench(CLI::App& app) {
         r.pack_s = secs(t0, Clock::now());
         {
           Forward qf(packed, ctx, /*max_batch=*/o->prefill);
-          if (q.kv_bits != 16) {
-            runtime::KvScheme ks;  // dynamic per (token, kv head), symmetric: no calibration needed
-            ks.bits = q.kv_bits;
+          if (q.recipe.kv.on()) {
+            const runtime::KvScheme ks = runtime::KvScheme::from_sim(q.recipe.kv);  // dynamic: no calibration
             runtime::attach_packed_kv(qf, ks);
             r.describe += " | " + ks.describe();
           }

@@ -41,6 +41,7 @@ void register_generate(CLI::App& app) {
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {
     apply_threads(*o);
+    if (qf->dump_if_asked()) return;
     validate(o->s);
     SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
     // -m: a model directory (simulated quantization from the flags) or a sinkq artifact (the packed
@@ -115,7 +116,7 @@ void register_generate(CLI::App& app) {
     const double pre_tps = r.prefill_seconds > 0 ? double(prompt.size()) / r.prefill_seconds : 0.0;  // -n 0: no prefill
     if (o->json) {
       print_json({{"prompt_ids", prompt},
-                  {"prefix", artifact ? (prefix ? run->recipe.at("prefix") : nlohmann::json(nullptr)) : qp->prefix_json},
+                  {"prefix", artifact ? (prefix ? run->recipe.at("recipe").at("prefix") : nlohmann::json(nullptr)) : qp->prefix_json},
                   {"runtime", artifact ? "packed" : "simulated"},
                   {"config", artifact ? nlohmann::json{{"artifact", o->model}, {"describe", run->description}}
                                       : qp->sim.to_json()},

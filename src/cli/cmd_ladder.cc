@@ -43,7 +43,7 @@ namespace {
 
 struct Row {
   std::string table, name;
-  quant::SimConfig cfg;
+  quant::Recipe cfg;
   // The prefix of the row: none = [BOS] computed by the quantized model itself (plain model).
   // Bos / Prompt: IntactKV[B] / [P], the [BOS] / --intactkv-prompt KV from the fp model; Found: the
   // --prefix tokens in fp; PromptQuant: the prompt's KV computed by the quantized model (the
@@ -63,7 +63,7 @@ Bits parse_ladder_bits(const std::string& s) {
   fail("unknown --bits '{}': expected w4a4kv4, w4a8kv4 or w8a8kv8", s);
 }
 
-void set_static(quant::SimConfig& c, bool acts, bool kv) {
+void set_static(quant::Recipe& c, bool acts, bool kv) {
   if (acts) {
     c.a.mode = quant::ActMode::Static;
     c.a.clip_grid = true;
@@ -78,10 +78,10 @@ void set_static(quant::SimConfig& c, bool acts, bool kv) {
 std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tables, uint64_t seed, bool prompt) {
   auto want = [&](const char* t) { return std::find(tables.begin(), tables.end(), t) != tables.end(); };
   std::vector<Row> rows;
-  quant::SimConfig fp;
+  quant::Recipe fp;
   rows.push_back({"fp", "full precision", fp, Row::Prefix::Inline});
   if (want("table6")) {
-    quant::SimConfig c;
+    quant::Recipe c;
     c.w.bits = b.w;
     c.a.bits = b.a;
     c.kv.bits = b.kv;
@@ -97,7 +97,7 @@ std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tabl
   }
   if (want("table2")) {
     for (int part = 0; part < 2; ++part) {
-      quant::SimConfig c;
+      quant::Recipe c;
       std::string what;
       if (part == 0) {
         c.a.bits = b.a;
@@ -116,12 +116,12 @@ std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tabl
     }
   }
   if (want("intactkv")) {
-    quant::SimConfig c;
+    quant::Recipe c;
     c.w.bits = 3;
     c.w.group = 128;
     c.w.symmetric = false;  // IntactKV's weight-only RTN baseline is asymmetric g128 (AWQ / GPTQ convention)
-    if (prompt) rows.push_back({"intactkv", "full precision behind [P]", quant::SimConfig{}, Row::Prefix::Prompt});
-    auto three = [&](const std::string& name, const quant::SimConfig& cfg) {
+    if (prompt) rows.push_back({"intactkv", "full precision behind [P]", quant::Recipe{}, Row::Prefix::Prompt});
+    auto three = [&](const std::string& name, const quant::Recipe& cfg) {
       rows.push_back({"intactkv", name, cfg, Row::Prefix::Inline});
       rows.push_back({"intactkv", name + " + IntactKV[B]", cfg, Row::Prefix::Bos});
       if (!prompt) return;
@@ -129,7 +129,7 @@ std::vector<Row> ladder_rows(const Bits& b, const std::vector<std::string>& tabl
       rows.push_back({"intactkv", name + " + IntactKV[P]", cfg, Row::Prefix::Prompt});
     };
     three("W3 g128 RTN", c);
-    quant::SimConfig d;
+    quant::Recipe d;
     d.w.bits = 4;
     d.a.bits = 4;
     d.rotate.on = true;
@@ -269,7 +269,7 @@ void register_ladder(CLI::App& app) {
     std::vector<Printed> printed;
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& row = rows[i];
-      quant::SimConfig cfg = row.cfg;
+      quant::Recipe cfg = row.cfg;
       cfg.calib.file = o->calib;
       cfg.calib.samples = o->calib_samples;
       cfg.calib.len = len;

@@ -1,7 +1,7 @@
 // sinkq ppl -m DIR -f FILE [--ctx N] [--protocol gptq|bos|prefix] [--max-windows K] [--json] [--kld]
 //           + the quantization / rotation / calibration / prefix flags of cli/quant_flags.h
 //           (--preset, --w-*, --a-*, --kv-*, --rotate*, --calib*, --prefix, --prefix-source, --prefix-eta)
-// The quantization flags build a quant::SimConfig (preset first, then each given flag overrides
+// The quantization flags build a quant::Recipe (preset first, then each given flag overrides
 // its field); quant::build_sim then rotates, searches clip ratios / static scales on the
 // calibration samples (when the config needs them), and fake-quantizes the weights once;
 // activations / KV are quantized through site hooks. With a prefix (--prefix, or a prefixquant-*
@@ -55,12 +55,13 @@ void register_ppl(CLI::App& app) {
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {
     apply_threads(*o);
+    if (qf->dump_if_asked()) return;
     SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
     if (!o->protocol.empty()) parse_ppl_protocol(o->protocol);  // unknown value: error naming --protocol
     // -m is a model directory (simulated quantization from the flags) or a sinkq artifact (the
     // packed runtime: real low-bit kernels, its own prefix; quantization flags do not apply).
     const bool artifact = qf->model_is_artifact(o->model, "ppl");
-    const quant::SimConfig pre = artifact ? quant::SimConfig{} : qf->config();  // bad flags fail fast
+    const quant::Recipe pre = artifact ? quant::Recipe{} : qf->config();  // bad flags fail fast
     std::optional<Runnable> run;
     if (artifact) run = load_runnable(o->model);
     const bool has_prefix = artifact ? run->prefix != nullptr : pre.prefix.requested();
@@ -148,7 +149,7 @@ void register_ppl(CLI::App& app) {
     }
     const PplResult r = perplexity(fwd, toks, po, ref.get());
     nlohmann::json prefix_json = nullptr;
-    if (artifact && prefix) prefix_json = run->recipe.at("prefix");
+    if (artifact && prefix) prefix_json = run->recipe.at("recipe").at("prefix");
     if (!artifact) prefix_json = qp->prefix_json;
     if (o->json) {
       nlohmann::json cj;
@@ -175,7 +176,7 @@ void register_ppl(CLI::App& app) {
         fmt::print("prefix {} tokens: {} (stored in the artifact, full precision)\n", P, tokens_text(prefix_toks, *tok));
     } else {
       const quant::SimModel& sim = qp->sim;
-      const quant::SimConfig& qcfg = sim.cfg;
+      const quant::Recipe& qcfg = sim.cfg;
       fmt::print("config {}\n", qcfg.describe());
       if (qcfg.needs_calibration())
         fmt::print("calibration {} ({}, {} documents): {} samples x {} tokens, seed {}, bos {}; {:.1f} s; chosen: {}\n",

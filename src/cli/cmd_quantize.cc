@@ -50,10 +50,11 @@ void register_quantize(CLI::App& app) {
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {
+    if (qf->dump_if_asked()) return;
     const auto t0 = std::chrono::steady_clock::now();
     apply_threads(*o);
     // Everything checkable before loading: flags, runnability, the output path.
-    const quant::SimConfig cfg = qf->config();
+    const quant::Recipe cfg = qf->config();
     runtime::check_runnable(cfg);
     fp_dtype(o->fp_dtype, DType::F32);
     std::error_code ec;
@@ -67,7 +68,7 @@ void register_quantize(CLI::App& app) {
     runtime::QuantizeOptions qo;
     qo.fp_dtype = fp_dtype(o->fp_dtype, model->weights().embed.dtype);
     runtime::QuantizedModel qm = runtime::build_quantized(qp.sim, qo);
-    if (!qp.calib_json.is_null()) qm.recipe["calibration"]["data"] = qp.calib_json;
+    if (!qp.calib_json.is_null()) qm.recipe["calibration_data"] = qp.calib_json;
     if (!qp.prefix_json.is_null()) qm.recipe["prefix_resolution"] = qp.prefix_json;
     std::fprintf(stderr, "quantize: writing %s\n", o->out.c_str());
     runtime::WriteOptions wo;

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/mmap.h"
 #include "calib/prefix.h"
 #include "runtime/artifact.h"
 
@@ -20,9 +21,16 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
   auto o = std::make_shared<QuantFlags>();
   QuantFlags::Given& g = o->given;
   std::string presets;
-  for (const auto& n : quant::SimConfig::preset_names()) presets += (presets.empty() ? "" : "|") + n;
-  g.preset = cmd.add_option("--preset", o->preset, "Quantization preset (" + presets + "); flags below override it")
+  for (const auto& n : quant::Recipe::preset_names()) presets += (presets.empty() ? "" : "|") + n;
+  g.preset = cmd.add_option("--preset", o->preset,
+                            "Quantization preset (" + presets + ", or a short name such as w4a8kv4-g128-static); "
+                            "flags below override it")
                  ->capture_default_str();
+  g.recipe = cmd.add_option("--recipe", o->recipe,
+                            "A recipe JSON file (as --dump-recipe prints it; per-layer / per-role weight rules "
+                            "included, docs/quant.md): the starting point instead of --preset; flags below override it");
+  g.dump_recipe = cmd.add_flag("--dump-recipe", o->dump_recipe,
+                               "Print the recipe these flags give (JSON, to keep and edit for --recipe) and exit");
   g.w_bits = cmd.add_option("--w-bits", o->w_bits, "Weight bits: 2..8, 16 = full precision");
   g.w_group = cmd.add_option("--w-group", o->w_group, "Weight group size along the input (0 = per output channel)");
   g.w_asym = cmd.add_flag("--w-asym", o->w_asym, "Asymmetric weight quantization (default symmetric)");
@@ -69,7 +77,7 @@ bool QuantFlags::calib_flags_given() const {
 }
 
 std::string QuantFlags::first_given() const {
-  const CLI::Option* all[] = {given.preset, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
+  const CLI::Option* all[] = {given.preset, given.recipe, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
                               given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
                               given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
@@ -89,9 +97,46 @@ bool QuantFlags::model_is_artifact(const std::string& dir, std::string_view comm
   return true;
 }
 
-quant::SimConfig QuantFlags::config() const {
+quant::Recipe QuantFlags::config() const {
+  quant::Recipe c = recipe_of_flags();
+  // Fail before loading anything when calibration is needed but no data was named.
+  if (c.needs_calibration())
+    SINKQ_CHECK(!c.calib.file.empty(), "{} needs calibration data: give --calib FILE",
+                c.weight_clip_grid() ? "--w-clip grid"
+                : c.act_static()     ? "--a-quant static"
+                                     : "--kv-quant static");
+  if (c.prefix.spec == "auto")
+    SINKQ_CHECK(!c.calib.file.empty(), "--prefix auto finds the outlier tokens on calibration data: give --calib FILE");
+  return c;
+}
+
+bool QuantFlags::dump_if_asked() const {
+  if (!dump_recipe) return false;
+  std::printf("%s\n", recipe_of_flags().to_json().dump(2).c_str());
+  return true;
+}
+
+quant::Recipe QuantFlags::recipe_of_flags() const {
   const Given& g = given;
-  quant::SimConfig c = quant::SimConfig::from_preset(preset);
+  quant::Recipe c;
+  if (was_given(g.recipe)) {
+    SINKQ_CHECK(!was_given(g.preset), "--recipe and --preset both name the starting point: give one");
+    std::string text;
+    try {
+      text = read_file(recipe);
+    } catch (const Error& e) {
+      fail("--recipe: {}", e.what());
+    }
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+      fail("--recipe {}: not valid JSON: {}", recipe, e.what());
+    }
+    c = quant::Recipe::from_json(j, recipe);
+  } else {
+    c = quant::Recipe::from_preset(preset);
+  }
   if (was_given(g.w_bits)) c.w.bits = quant::parse_bits("--w-bits", w_bits);
   if (was_given(g.w_group)) {
     SINKQ_CHECK(w_group >= 0, "--w-group must be >= 0 (0 = per output channel), got {}", w_group);
@@ -131,9 +176,10 @@ quant::SimConfig QuantFlags::config() const {
   if (was_given(g.rotate)) c.rotate.on = c.rotate.on || rotate;
   if (was_given(g.rotate_seed)) c.rotate.seed = rotate_seed;
   if (was_given(g.calib)) c.calib.file = calib;
-  c.calib.samples = calib_samples;
-  c.calib.len = calib_len;  // 0: min(512, max_position_embeddings), set once the model is known
-  c.calib.seed = calib_seed;
+  if (was_given(g.calib_samples) || !was_given(g.recipe)) c.calib.samples = calib_samples;
+  // 0: min(512, max_position_embeddings), set once the model is known
+  if (was_given(g.calib_len) || !was_given(g.recipe)) c.calib.len = calib_len;
+  if (was_given(g.calib_seed) || !was_given(g.recipe)) c.calib.seed = calib_seed;
   if (was_given(g.prefix)) {
     if (prefix == "none") {
       c.prefix = quant::PrefixSim{};
@@ -149,23 +195,15 @@ quant::SimConfig QuantFlags::config() const {
   if (was_given(g.prefix_eta)) {
     SINKQ_CHECK(c.prefix.spec == "auto", "--prefix-eta applies to --prefix auto only");
     SINKQ_CHECK(prefix_eta > 0, "--prefix-eta must be > 0 (got {})", prefix_eta);
+    c.prefix.eta = prefix_eta;
   }
   c.validate();
-  // Fail before loading anything when calibration is needed but no data was named.
-  if (c.needs_calibration())
-    SINKQ_CHECK(!c.calib.file.empty(), "{} needs calibration data: give --calib FILE",
-                c.w.on() && c.w.clip_grid ? "--w-clip grid"
-                : c.act_static()          ? "--a-quant static"
-                                          : "--kv-quant static");
-  if (c.prefix.spec == "auto")
-    SINKQ_CHECK(!c.calib.file.empty(), "--prefix auto finds the outlier tokens on calibration data: give --calib FILE");
   return c;
 }
 
 QuantPipeline run_quant_pipeline(const QuantFlags& f, std::shared_ptr<const Model> model, const Tokenizer& tok,
                                  std::string_view log) {
   quant::PipelineOptions opt;
-  opt.prefix_eta = f.prefix_eta;
   opt.calib_flags_given = f.calib_flags_given();
   opt.log = std::string(log);
   opt.progress = [](const std::string& what, int64_t done, int64_t total) { progress(what, done, total); };

@@ -2,7 +2,8 @@
 // once and shared by every command that builds a simulated quantized model (ppl, generate,
 // quantize, ladder), and the pipeline that turns them into a quant::SimModel.
 //
-//   --preset P   --w-bits N --w-group G --w-asym --w-clip R|grid
+//   --preset P | --recipe FILE.json   --dump-recipe
+//   --w-bits N --w-group G --w-asym --w-clip R|grid
 //   --a-bits N --a-quant dynamic|static|cross --a-asym --a-clip R|grid --a-alpha A
 //   --a-cross-cols per_call|running_max
 //   --kv-bits N --kv-quant dynamic|static --kv-gran token|head|tensor --kv-clip R|grid
@@ -31,6 +32,8 @@ namespace sinkq::cli {
 
 struct QuantFlags {
   std::string preset = "fp16";
+  std::string recipe;       // --recipe FILE ("" = not given)
+  bool dump_recipe = false;  // --dump-recipe
   int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16;
   bool w_asym = false, a_asym = false, rotate = false;
   float a_alpha = 0.15f;
@@ -45,7 +48,7 @@ struct QuantFlags {
 
   // Which flags were given (set by add_quant_flags; null = never declared = not given).
   struct Given {
-    CLI::Option* preset = nullptr;
+    CLI::Option *preset = nullptr, *recipe = nullptr, *dump_recipe = nullptr;
     CLI::Option *w_bits = nullptr, *w_group = nullptr, *w_asym = nullptr, *w_clip = nullptr;
     CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
                 *a_cross_cols = nullptr;
@@ -58,7 +61,12 @@ struct QuantFlags {
   // The configuration: preset, then given flags; validated (errors name the flag). The prefix is
   // recorded as spec only (cfg.prefix.spec; "" = none): tokens are resolved by run_quant_pipeline.
   // Fails before anything is loaded when calibration is needed but --calib was not given.
-  quant::SimConfig config() const;
+  quant::Recipe config() const;
+  // --dump-recipe: prints the recipe of the flags (preset or --recipe, then the flags; JSON) to
+  // stdout and returns true: the command then stops. False when it was not given.
+  bool dump_if_asked() const;
+  // The recipe of the flags without the "needs --calib" checks of config().
+  quant::Recipe recipe_of_flags() const;
   // Whether any --calib* flag was given.
   bool calib_flags_given() const;
   // The name of the first flag above that was given ("--preset", "--w-bits", ...), "" for none:

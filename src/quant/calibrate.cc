@@ -15,6 +15,22 @@
 
 namespace sinkq::quant {
 
+bool static_site(const Recipe& c, Site s) {
+  if (s == Site::K || s == Site::V) return c.kv_static();
+  return c.act_static() && (s == Site::AttnIn || s == Site::OIn || s == Site::MlpIn || s == Site::DownIn);
+}
+
+QuantSpec static_spec(const Recipe& c, Site s, const ModelConfig& mc) {
+  SINKQ_ASSERT(static_site(c, s));
+  if (s == Site::K || s == Site::V) return c.kv.spec(mc.head_dim);
+  QuantSpec spec;
+  spec.bits = c.a.bits;
+  spec.symmetric = c.a.symmetric;
+  spec.granularity = Granularity::PerTensor;
+  return spec;
+}
+
+
 using nlohmann::json;
 
 std::vector<int64_t> select_rows(int64_t total, int64_t max_rows) {
@@ -161,7 +177,7 @@ std::vector<std::vector<float>> embed_all(Forward& fwd, std::span<const std::vec
 }
 
 // Step 2 of build_sim: the weight clip search, layer by layer on the fp (rotated) model.
-ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimConfig& cfg,
+ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recipe& cfg,
                                     std::span<const std::vector<int32_t>> calib,
                                     const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
                                     json& report) {
@@ -212,10 +228,17 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const SimCo
     const LayerWeights& lw = fp->weights().layers[size_t(l)];
     json lm = json::array(), le = json::array();
     for (int i = 0; i < kNumLinearRoles; ++i) {
+      const WeightSim ws = cfg.weights(l, i, mc.num_layers);
+      if (!ws.on() || !ws.clip_grid) {  // a weight rule gives this matrix a fixed ratio (or none)
+        lm.push_back(nullptr);
+        le.push_back(nullptr);
+        out[size_t(l)].emplace_back();
+        continue;
+      }
       const Mat& m = lw.mat(i);
       std::vector<float> W(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, W.data(), W.size());
-      WeightClipResult r = search_weight_clip(cfg.w, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid);
+      WeightClipResult r = search_weight_clip(ws, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid);
       double mean = 0, chosen = 0, r1 = 0;
       const size_t entries = r.ratios.r.size();
       for (size_t k = 0; k < entries; ++k) {
@@ -267,7 +290,7 @@ struct Slot {
 
 // Step 4 of build_sim: static activation / KV scales by block-output grid search.
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
-                                        const SimConfig& cfg, std::span<const std::vector<int32_t>> calib,
+                                        const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
                                         const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
                                         json& report) {
   const ModelConfig& mc = fp->config();
@@ -377,10 +400,40 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
   return statics;
 }
 
-std::string what_needs_calibration(const SimConfig& cfg) {
+}  // namespace
+
+std::vector<StaticQuant> calibrate_static_max(Forward& fwd, const Recipe& cfg, std::span<const int32_t> tokens) {
+  SINKQ_CHECK(cfg.act_static(), "calibrate_static_max: the recipe has no static activations");
+  const ModelConfig& mc = fwd.model().config();
+  const int L = mc.num_layers;
+  Recipe plain = cfg;
+  plain.a.clip_grid = false;
+  plain.a.clip = 1.0f;
+  std::vector<Calibrator> cal;
+  for (int l = 0; l < L; ++l)
+    for (Site s : kLinearInputSites) cal.emplace_back(static_spec(plain, s, mc));
+  std::vector<int> handles;
+  for (int s = 0; s < 4; ++s)
+    handles.push_back(fwd.hooks().add(kLinearInputSites[s], -1, [&cal, s](SiteView& v) {
+      cal[size_t(v.layer) * 4 + size_t(s)].observe(v.data, v.tokens, v.features);
+    }));
+  fwd.reset();
+  fwd.step(tokens, /*all_logits=*/false);
+  for (int h : handles) fwd.hooks().remove(h);
+  fwd.reset();
+  std::vector<StaticQuant> out;
+  for (int l = 0; l < L; ++l)
+    for (int s = 0; s < 4; ++s)
+      out.push_back({kLinearInputSites[s], l, static_spec(plain, kLinearInputSites[s], mc), cal[size_t(l) * 4 + size_t(s)].params()});
+  return out;
+}
+
+namespace {
+
+std::string what_needs_calibration(const Recipe& cfg) {
   std::string s;
   auto add = [&s](const char* w) { s += (s.empty() ? "" : ", ") + std::string(w); };
-  if (cfg.w.on() && cfg.w.clip_grid) add("--w-clip grid");
+  if (cfg.weight_clip_grid()) add("--w-clip grid");
   if (cfg.act_static()) add("--a-quant static");
   if (cfg.kv_static()) add("--kv-quant static");
   return s;
@@ -395,11 +448,12 @@ std::string range_text(const json& ratios) {
 
 }  // namespace
 
-SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
+SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
                    std::span<const std::vector<int32_t>> calib_in, const CalibProgress& progress) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
   const ModelConfig& mc = base->config();
+  cfg.check_layers(mc.num_layers);
   const bool calibrate = cfg.needs_calibration();
   const PrefixSim& px = cfg.prefix;
   SINKQ_CHECK(px.spec.empty() || px.on(), "--prefix {}: the prefix tokens were not resolved before build_sim", px.spec);
@@ -461,7 +515,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const SimConfig& cfg,
   if (px.on() && px.source == PrefixSim::Source::Fp)
     fp_prefix = KvPrefix::compute(rotated, px.tokens, [&cfg](Forward& f) { attach_online_rotation(f, cfg.rotate); });
   // 2. Weight clip grid search on the fp (rotated) model.
-  if (cfg.w.on() && cfg.w.clip_grid) {
+  if (cfg.weight_clip_grid()) {
     const auto t = Clock::now();
     sm.weight_clip = search_weight_clips(rotated, cfg, calib, fp_prefix, progress, report);
     report["weights"]["seconds"] = round4(seconds_since(t));

@@ -3,7 +3,7 @@
 // fine-grained quantization (per-channel/per-head) and block outputs for per-tensor
 // quantization"). build_sim (sim.h) drives them; this header exposes the pure pieces for tests.
 //
-// Grid: SimConfig::calib.grid, by default r_i = 1 − 0.025·i, i = 0..20 (sim.h default_clip_grid).
+// Grid: Recipe::calib.grid, by default r_i = 1 − 0.025·i, i = 0..20 (sim.h default_clip_grid).
 // Every search scores every candidate with one objective and keeps the smallest; ties keep the
 // earlier grid entry (1.0 comes first: the least clipping wins a tie). With 1.0 in the grid the
 // result is therefore never worse than no clipping on the calibration data.
@@ -72,6 +72,13 @@ WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t 
 std::vector<double> weight_clip_objective(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
                                           const float* X, int64_t n, const ClipRatios& ratios);
 
+// Static activation quantizers by plain abs-max (clip 1, no search) over the rows each static
+// activation site of `fwd` (a full-precision Forward; its hooks are left as they were) sees in one
+// forward of `tokens`: one per (layer, site) of every layer, spec = static_spec(cfg, site). What
+// bench times packed static configurations with (speed does not depend on the scale values);
+// build_sim's block-output search is the calibration that quantize and ppl use.
+std::vector<StaticQuant> calibrate_static_max(Forward& fwd, const Recipe& cfg, std::span<const int32_t> tokens);
+
 // Which of `total` rows (calibration tokens, in the order the hooks see them: sample by sample)
 // the weight search uses: all when total <= max_rows, else max_rows rows ⌊k·total/max_rows⌋,
 // k = 0..max_rows−1 (evenly spaced, distinct, increasing; no RNG: reproducible by construction).
@@ -79,15 +86,12 @@ std::vector<int64_t> select_rows(int64_t total, int64_t max_rows);
 
 // --- shared by sim.cc and calibrate.cc ------------------------------------------------------
 
-// A float as the shortest decimal that reads back to it (0.15f -> 0.15 in JSON, not the double
-// 0.15000000596046448).
-double json_float(float f);
 // Whether cfg quantizes site s statically (attn_in/o_in/mlp_in/down_in: static activations;
 // k/v: static KV), and the QuantSpec of that site (clip_ratio 1; the search sets it).
-bool static_site(const SimConfig& cfg, Site s);
-QuantSpec static_spec(const SimConfig& cfg, Site s, const ModelConfig& mc);
+bool static_site(const Recipe& cfg, Site s);
+QuantSpec static_spec(const Recipe& cfg, Site s, const ModelConfig& mc);
 // The dynamic activation (per-token, CrossQuant) and dynamic KV hooks of cfg; static parts are
 // left out (SimModel::attach adds them with their Params). No validation, no rotation.
-std::vector<int> attach_dynamic_hooks(Forward& fwd, const SimConfig& cfg);
+std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg);
 
 }  // namespace sinkq::quant

@@ -11,7 +11,7 @@
 
 namespace sinkq::quant {
 
-Pipeline run_pipeline(SimConfig qcfg, std::shared_ptr<const Model> model, const Tokenizer& tok,
+Pipeline run_pipeline(Recipe qcfg, std::shared_ptr<const Model> model, const Tokenizer& tok,
                       const PipelineOptions& opt) {
   const std::string_view log = opt.log;
   auto progress = [&opt](const std::string& what, int64_t done, int64_t total) {
@@ -51,11 +51,11 @@ Pipeline run_pipeline(SimConfig qcfg, std::shared_ptr<const Model> model, const 
       // rotated basis anyway); samples start with [BOS], as inference does.
       Forward ffind(model, qcfg.calib.len);
       const std::string what = fmt::format("{}: prefix auto, sample", log);
-      const FoundPrefix found = find_prefix(ffind, out.calib.samples, opt.prefix_eta, tok.bos_id(), &tok,
+      const FoundPrefix found = find_prefix(ffind, out.calib.samples, qcfg.prefix.eta, tok.bos_id(), &tok,
                                             [&](int64_t d, int64_t t) { progress(what, d, t); });
       qcfg.prefix.tokens = found.tokens;
       pj["how"] = fmt::format("PrefixQuant §5.1 on {} calibration samples (eta {})", out.calib.samples.size(),
-                              opt.prefix_eta);
+                              qcfg.prefix.eta);
       pj["found"] = found.to_json(&tok);
       std::fprintf(stderr, "%.*s: prefix auto: o = %d, tokens %s\n", int(log.size()), log.data(), found.o,
                    tokens_text(found.tokens, tok).c_str());

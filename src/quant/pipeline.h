@@ -26,7 +26,6 @@
 namespace sinkq::quant {
 
 struct PipelineOptions {
-  double prefix_eta = 64.0;        // η of prefix auto (PrefixQuant §5.1)
   bool calib_flags_given = false;  // calibration settings were given explicitly (a note if unused)
   std::string log = "quantize";    // prefix of the stderr notes
   std::function<void(const std::string& what, int64_t done, int64_t total)> progress;
@@ -42,7 +41,7 @@ struct Pipeline {
 };
 
 // cfg: validated, with the prefix as a spec only (cfg.prefix.spec; "" = none).
-Pipeline run_pipeline(SimConfig cfg, std::shared_ptr<const Model> model, const Tokenizer& tok,
+Pipeline run_pipeline(Recipe cfg, std::shared_ptr<const Model> model, const Tokenizer& tok,
                       const PipelineOptions& opt);
 
 }  // namespace sinkq::quant

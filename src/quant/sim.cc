@@ -109,13 +109,15 @@ void fake_quant_weight(const WeightSim& w, float* x, int64_t rows, int64_t cols,
 }
 
 std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> base,
-                                                   const SimConfig& cfg, const ModelClipRatios* clips) {
+                                                   const Recipe& cfg, const ModelClipRatios* clips) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
-  if (!cfg.w.on()) return base;
-  SINKQ_CHECK(!cfg.w.clip_grid || clips != nullptr,
-              "--w-clip grid needs the searched ratios (calibration data, --calib): use build_sim");
+  if (!cfg.weights_on()) return base;
   const ModelWeights& src = base->weights();
+  const int num_layers = int(src.layers.size());
+  cfg.check_layers(num_layers);
+  SINKQ_CHECK(!cfg.weight_clip_grid() || clips != nullptr,
+              "--w-clip grid needs the searched ratios (calibration data, --calib): use build_sim");
   if (clips)
     SINKQ_CHECK(clips->size() == src.layers.size(), "weight clip ratios for {} layers, the model has {}",
                 clips->size(), src.layers.size());
@@ -124,13 +126,18 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;  // norms and biases shared; matrices replaced below
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& L = w.layers[l];
+  for (int l = 0; l < num_layers; ++l) {
+    LayerWeights& L = w.layers[size_t(l)];
     for (int i = 0; i < kNumLinearRoles; ++i) {
+      const WeightSim ws = cfg.weights(l, i, num_layers);
+      if (!ws.on()) continue;  // a weight rule keeps this matrix as it is (shared with base)
+      // The searched ratios of this matrix (an empty entry: a rule gave it a fixed ratio).
+      const ClipRatios* r = clips ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
+      if (r && r->r.empty() && !ws.clip_grid) r = nullptr;
       Mat& m = L.mat(i);
       std::vector<float> buf(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, buf.data(), buf.size());
-      fake_quant_weight(cfg.w, buf.data(), m.rows, m.cols, clips ? &(*clips)[l].at(size_t(i)) : nullptr);
+      fake_quant_weight(ws, buf.data(), m.rows, m.cols, r);
       m.data = w.own(std::move(buf));
       m.dtype = DType::F32;
     }
@@ -158,7 +165,7 @@ SiteFn cross_hook(CrossQuantSpec spec) {
 
 }  // namespace
 
-std::vector<int> attach_dynamic_hooks(Forward& fwd, const SimConfig& cfg) {
+std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg) {
   const ModelConfig& mc = fwd.model().config();
   std::vector<int> handles;
   SiteHooks& hooks = fwd.hooks();
@@ -185,7 +192,7 @@ std::vector<int> attach_dynamic_hooks(Forward& fwd, const SimConfig& cfg) {
   return handles;
 }
 
-std::vector<int> attach(Forward& fwd, const SimConfig& cfg) {
+std::vector<int> attach(Forward& fwd, const Recipe& cfg) {
   cfg.validate();
   SINKQ_CHECK(!cfg.act_static(), "--a-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.kv_static(), "--kv-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");

@@ -27,7 +27,7 @@
 //                        64 hash of its config.json), "runtime" (weights / activations / kv as run;
 //                        kv.static = the static KV params' layout),
 //                        "rotation" (on, seed), "prefix" (tokens, source), "fp_dtype", "sim" (the
-//                        full SimConfig JSON with its calibration result, wall-clock times
+//                        full Recipe JSON with its calibration result, wall-clock times
 //                        ("seconds", "*_seconds") removed), "tensors" (inventory: name -> dtype, shape)
 //   tokenizer files      copied from the source directory (tokenizer.json, tokenizer.model,
 //                        tokenizer_config.json, special_tokens_map.json, generation_config.json, ...)
@@ -44,7 +44,9 @@
 
 namespace sinkq::runtime {
 
-inline constexpr int kArtifactFormatVersion = 1;
+// 2: the recipe is quant::Recipe::to_json under "recipe" (per-(layer, role) weight rules); the
+//    "runtime", "rotation", "prefix" and "preset" blocks of version 1 are gone.
+inline constexpr int kArtifactFormatVersion = 2;
 
 struct WriteOptions {
   // Replace an existing OUT (atomically: OUT is renamed away, the new one renamed in, the old one

@@ -123,43 +123,22 @@ QuantizedModel load_artifact(const std::string& dir) {
   const ModelConfig mc = ModelConfig::load(dir + "/" + kConfig);
 
   QuantizedModel qm;
-  qm.recipe = r.contains("sim") ? r.at("sim") : json(nullptr);
-  // Runtime configuration.
-  const json& rt = L.field(r, "", "runtime");
-  const json& rw = L.field(rt, "runtime", "weights");
-  const json& ra = L.field(rt, "runtime", "activations");
-  qm.rt.w.bits = int(L.get_int(rw, "runtime.weights", "bits"));
-  qm.rt.w.group = int(L.get_int(rw, "runtime.weights", "group"));
-  qm.rt.w.symmetric = L.get_bool(rw, "runtime.weights", "symmetric");
-  qm.rt.a.bits = int(L.get_int(ra, "runtime.activations", "bits"));
-  qm.rt.a.symmetric = L.get_bool(ra, "runtime.activations", "symmetric");
-  const std::string mode = L.get_str(ra, "runtime.activations", "mode");
-  if (mode != "static" && mode != "dynamic")
-    L.bad_field("runtime.activations.mode", fmt::format("'{}' is neither static nor dynamic", mode));
-  qm.rt.a.mode = mode == "static" ? ActMode::Static : ActMode::Dynamic;
-  const json& rot = L.field(r, "", "rotation");
-  qm.cfg.rotate.on = L.get_bool(rot, "rotation", "on");
-  {
-    const json& s = L.field(rot, "rotation", "seed");
-    if (!s.is_number_unsigned() && !(s.is_number_integer() && s.get<int64_t>() >= 0))
-      L.bad_field("rotation.seed", "must be a non-negative integer, got " + s.dump());
-    qm.cfg.rotate.seed = s.get<uint64_t>();
-  }
+  // The recipe: the one parse (quant::Recipe::from_json), and it must be in the form to_json
+  // writes — a field dropped or added by hand is an error, not a default.
+  const json& rj = L.field(r, "", "recipe");
+  qm.cfg = quant::Recipe::from_json(rj, L.recipe_path, "recipe");
+  qm.cfg.check_layers(mc.num_layers);
+  if (const std::string d = quant::json_first_difference(qm.cfg.to_json(), rj, "recipe"); !d.empty())
+    fail("{}: field '{}': not as this recipe writes it (edited by hand?): the artifact does not match its recipe",
+         L.recipe_path, d);
+  qm.recipe = rj;  // and what the writer recorded beside it
+  if (r.contains("provenance") && r.at("provenance").is_object())
+    for (const auto& [k, v] : r.at("provenance").items()) qm.recipe[k] = v;
   const bool tied = L.get_bool(r, "", "lm_head_tied");
-  if (r.contains("preset") && r.at("preset").is_string()) qm.cfg.preset = r.at("preset").get<std::string>();
-  qm.cfg.w.bits = qm.rt.w.bits;
-  qm.cfg.w.group = qm.rt.w.group;
-  qm.cfg.w.symmetric = qm.rt.w.symmetric;
-  qm.cfg.a.bits = qm.rt.a.bits;
-  qm.cfg.a.symmetric = qm.rt.a.symmetric;
-  qm.cfg.a.mode = qm.rt.a.mode == ActMode::Static ? quant::ActMode::Static : quant::ActMode::Dynamic;
   try {
-    qm.rt.w.clip = 1.0f;
-    RuntimeConfig check = qm.rt;
-    if (check.a.mode == ActMode::Static) check.a.scales.resize(1);
-    check.validate();
+    check_runnable(qm.cfg);
   } catch (const Error& e) {
-    fail("{}: field 'runtime': {}", L.recipe_path, e.what());
+    fail("{}: field 'recipe': {}", L.recipe_path, e.what());
   }
 
   // Tensors.
@@ -176,11 +155,13 @@ QuantizedModel load_artifact(const std::string& dir) {
   w.embed = L.mat(w, want("model.embed_tokens.weight"), mc.vocab_size, H);
   w.lm_head = tied ? w.embed : L.mat(w, want("lm_head.weight"), mc.vocab_size, H);
   w.final_norm = L.f32(w, want("model.norm.weight"), H);
-  const lowbit::PackedFormat act = activation_format([&] {
-    ActScheme a = qm.rt.a;
-    if (a.mode == ActMode::Static) a.scales.resize(1);
-    return a;
-  }());
+  const bool act_static = qm.cfg.act_static();
+  std::vector<quant::StaticQuant> statics;  // activation and KV params, as build_sim's
+  ActScheme as;
+  as.bits = qm.cfg.a.bits;
+  as.mode = qm.cfg.a.mode;
+  if (act_static) as.scales.resize(1);
+  const lowbit::PackedFormat act = activation_format(as);
   // The width of each linear input (the in-dimension of the roles it feeds).
   int64_t input_width[4] = {};
   for (const LinearRoleInfo& r : kLinearRoles) input_width[r.input] = role_dim(r.in, mc);
@@ -194,21 +175,24 @@ QuantizedModel load_artifact(const std::string& dir) {
       lw.bk = L.f32(w, want(p + "self_attn.k_proj.bias"), mc.kv_dim());
       lw.bv = L.f32(w, want(p + "self_attn.v_proj.bias"), mc.kv_dim());
     }
-    quant::Params statics[4];
-    if (qm.rt.a.mode == ActMode::Static) {
+    quant::Params act_params[4];
+    if (act_static) {
       for (int s = 0; s < 4; ++s) {
         const std::string n = fmt::format("{}{}.act_scale", p, site_name(kLinearInputSites[s]));
         const TensorInfo& t = L.tensor(want(n), "F32", {1});
         float v = 0.0f;
         std::memcpy(&v, t.data, 4);
-        quant::Params& q = statics[s];
+        quant::Params& q = act_params[s];
         q.granularity = quant::Granularity::PerTensor;
-        q.bits = qm.rt.a.bits;
+        q.bits = qm.cfg.a.bits;
         q.symmetric = true;
         q.prow = q.pcol = 1;
         q.col_block = input_width[s];
         q.scale = {v};
-        qm.rt.a.scales.push_back({l, kLinearInputSites[s], q});
+        quant::StaticQuant sq{kLinearInputSites[s], l, {}, q};
+        sq.spec.bits = q.bits;
+        sq.spec.granularity = quant::Granularity::PerTensor;
+        statics.push_back(std::move(sq));
       }
     }
     for (int i = 0; i < kNumLinearRoles; ++i) {
@@ -229,10 +213,11 @@ QuantizedModel load_artifact(const std::string& dir) {
         bad_meta("expected {\"shape\": [rows, cols], \"blocks\": [[col0, cols, format], ...]}");
       if (m["shape"] != json{rows, cols})
         bad_meta(fmt::format("shape {} does not match the config's [{}, {}]", m["shape"].dump(), rows, cols));
-      const WeightScheme ws{qm.rt.w.bits, qm.rt.w.group, qm.rt.w.symmetric, 1.0f};
+      WeightScheme ws = qm.cfg.weights(l, i, mc.num_layers);
+      ws.clip = 1.0f;  // what is stored carries its clip already
       const std::vector<WeightBlock> layout = weight_blocks(ws, cols, base);
       if (m["blocks"].size() != layout.size())
-        bad_meta(fmt::format("{} blocks, the recipe's weights ({}) give {}", m["blocks"].size(), qm.rt.describe(),
+        bad_meta(fmt::format("{} blocks, the recipe's weights ({}) give {}", m["blocks"].size(), qm.cfg.describe(),
                              layout.size()));
       std::vector<PackedLinear::PlanarBlock> blocks;
       for (size_t b = 0; b < layout.size(); ++b) {
@@ -249,7 +234,7 @@ QuantizedModel load_artifact(const std::string& dir) {
             ft->format != layout[b].format)
           bad_meta(fmt::format("block {} [{}, {}, {} ({})] does not match the recipe's weights ({}): expected "
                                "[{}, {}, {} ({})]", b, e[0].get<int64_t>(), e[1].get<int64_t>(), fid, ft->name,
-                               qm.rt.describe(), layout[b].col0, layout[b].cols, int(layout[b].format),
+                               qm.cfg.describe(), layout[b].col0, layout[b].cols, int(layout[b].format),
                                lowbit::traits(layout[b].format).name));
         const std::string tb = b == 0 ? base : base + ".tail";
         PackedTensor pt;
@@ -268,7 +253,7 @@ QuantizedModel load_artifact(const std::string& dir) {
       try {
         lw.impl_of(i) = std::make_shared<const PackedLinear>(
             base + ".weight", rows, cols, std::move(blocks), act,
-            qm.rt.a.mode == ActMode::Static ? statics[kLinearRoles[i].input] : quant::Params{});
+            act_static ? act_params[kLinearRoles[i].input] : quant::Params{});
       } catch (const Error& e) {
         fail("{}: {}", L.tensors_path, e.what());
       }
@@ -276,86 +261,53 @@ QuantizedModel load_artifact(const std::string& dir) {
     w.layers.push_back(lw);
   }
 
-  // KV cache.
-  const json& kvj = L.field(rt, "runtime", "kv");
-  if (!kvj.is_null()) {
-    KvScheme ks;
-    ks.bits = int(L.get_int(kvj, "runtime.kv", "bits"));
-    ks.symmetric = L.get_bool(kvj, "runtime.kv", "symmetric");
-    try {
-      ks.mode = quant::parse_kv_mode(L.get_str(kvj, "runtime.kv", "mode"));
-      ks.granularity = quant::parse_kv_granularity(L.get_str(kvj, "runtime.kv", "granularity"));
-    } catch (const Error& e) {
-      fail("{}: field 'runtime.kv': {}", L.recipe_path, e.what());
-    }
-    if (ks.mode == quant::KvMode::Static) {
-      const json& st = L.field(kvj, "runtime.kv", "static");
-      quant::Params p0;
-      quant::QuantSpec spec;
-      try {
-        p0.granularity = quant::parse_granularity(L.get_str(st, "runtime.kv.static", "granularity"));
-      } catch (const Error& e) {
-        fail("{}: field 'runtime.kv.static.granularity': {}", L.recipe_path, e.what());
-      }
-      p0.bits = ks.bits;
-      p0.symmetric = ks.symmetric;
-      p0.prow = L.get_int(st, "runtime.kv.static", "prow");
-      p0.pcol = L.get_int(st, "runtime.kv.static", "pcol");
-      p0.col_block = L.get_int(st, "runtime.kv.static", "col_block");
-      if (p0.prow != 1 || p0.pcol < 1 || p0.col_block < 1 || p0.pcol * p0.col_block != mc.kv_dim())
-        L.bad_field("runtime.kv.static", fmt::format("[prow {}, pcol {}] x col_block {} does not cover kv_dim {}",
-                                                     p0.prow, p0.pcol, p0.col_block, mc.kv_dim()));
-      spec.bits = ks.bits;
-      spec.symmetric = ks.symmetric;
-      spec.granularity = p0.granularity;
-      spec.head_dim = int(L.get_int(st, "runtime.kv.static", "head_dim"));
-      for (int l = 0; l < mc.num_layers; ++l) {
-        for (Site site : {Site::K, Site::V}) {
-          const std::string base = fmt::format("{}{}", layer_prefix(l), site_name(site));
-          quant::StaticQuant q{site, l, spec, p0};
-          q.params.scale = L.copy<float>(L.tensor(want(base + ".kv_scale"), "F32", {p0.pcol}));
-          if (!ks.symmetric) q.params.zero = L.copy<int32_t>(L.tensor(want(base + ".kv_zero"), "I32", {p0.pcol}));
-          std::memcpy(&q.spec.clip_ratio, L.tensor(want(base + ".kv_clip"), "F32", {1}).data, sizeof(float));
-          ks.statics.push_back(std::move(q));
-        }
+  // KV cache: static params per (layer, k / v), their shape from the recipe's spec and the config.
+  if (qm.cfg.kv_static()) {
+    const quant::QuantSpec spec = qm.cfg.kv.spec(mc.head_dim);
+    quant::Params p0;
+    p0.granularity = spec.granularity;
+    p0.bits = spec.bits;
+    p0.symmetric = spec.symmetric;
+    p0.prow = 1;
+    p0.pcol = spec.granularity == quant::Granularity::PerHeadShared ? mc.num_kv_heads : 1;
+    p0.col_block = mc.kv_dim() / p0.pcol;
+    for (int l = 0; l < mc.num_layers; ++l) {
+      for (Site site : {Site::K, Site::V}) {
+        const std::string base = fmt::format("{}{}", layer_prefix(l), site_name(site));
+        quant::StaticQuant q{site, l, spec, p0};
+        q.params.scale = L.copy<float>(L.tensor(want(base + ".kv_scale"), "F32", {p0.pcol}));
+        if (!spec.symmetric) q.params.zero = L.copy<int32_t>(L.tensor(want(base + ".kv_zero"), "I32", {p0.pcol}));
+        std::memcpy(&q.spec.clip_ratio, L.tensor(want(base + ".kv_clip"), "F32", {1}).data, sizeof(float));
+        statics.push_back(std::move(q));
       }
     }
-    try {
-      PackedKvStore check(mc, /*capacity=*/1, ks);  // the scheme and its params against the model
-    } catch (const Error& e) {
-      fail("{}: field 'runtime.kv': {}", L.recipe_path, e.what());
+  }
+  try {
+    qm.rt = runtime_config(qm.cfg, statics);  // as build_quantized derives it
+    if (qm.cfg.kv.on()) {
+      qm.kv = KvScheme::from_sim(qm.cfg.kv, statics);
+      PackedKvStore check(mc, /*capacity=*/1, *qm.kv);  // the scheme and its params against the model
     }
-    qm.cfg.kv.bits = ks.bits;
-    qm.cfg.kv.mode = ks.mode;
-    qm.cfg.kv.granularity = ks.granularity;
-    qm.cfg.kv.symmetric = ks.symmetric;
-    qm.kv = std::move(ks);
+  } catch (const Error& e) {
+    fail("{}: {}", L.tensors_path, e.what());
   }
 
-  // Prefix.
+  // Prefix: the recipe's tokens, their KV rows from the tensors.
   std::vector<float> prefix_k, prefix_v;
-  const json& pj = L.field(r, "", "prefix");
-  if (!pj.is_null()) {
-    const json& toks = L.field(pj, "prefix", "tokens");
-    if (!toks.is_array() || toks.empty()) L.bad_field("prefix.tokens", "must be a non-empty array of token ids");
-    const int64_t P = int64_t(toks.size()), KV = mc.kv_dim();
-    const TensorInfo& ti = L.tensor(want("sinkq.prefix.tokens"), "I32", {P});
-    std::vector<int32_t> ids = L.copy<int32_t>(ti);
+  if (qm.cfg.prefix.requested()) {
+    const std::vector<int32_t>& ids = qm.cfg.prefix.tokens;
+    if (ids.empty()) L.bad_field("recipe.prefix.tokens", "must be a non-empty list of token ids");
+    const int64_t P = int64_t(ids.size()), KV = mc.kv_dim();
+    const std::vector<int32_t> stored = L.copy<int32_t>(L.tensor(want("sinkq.prefix.tokens"), "I32", {P}));
     for (size_t i = 0; i < ids.size(); ++i)
-      if (!toks[i].is_number_integer() || toks[i].get<int64_t>() != ids[i])
-        L.bad_field("prefix.tokens", fmt::format("token {} is {}, the tensor sinkq.prefix.tokens holds {}", i,
-                                                 toks[i].dump(), ids[i]));
+      if (stored[i] != ids[i])
+        L.bad_field("recipe.prefix.tokens", fmt::format("token {} is {}, the tensor sinkq.prefix.tokens holds {}", i,
+                                                        ids[i], stored[i]));
     for (int32_t id : ids)
       SINKQ_CHECK(id >= 0 && id < mc.vocab_size, "{}: tensor 'sinkq.prefix.tokens': id {} is outside the vocabulary",
                   L.tensors_path, id);
-    const TensorInfo& tk = L.tensor(want("sinkq.prefix.k"), "F32", {mc.num_layers, P, KV});
-    const TensorInfo& tv = L.tensor(want("sinkq.prefix.v"), "F32", {mc.num_layers, P, KV});
-    qm.cfg.prefix.tokens = ids;
-    if (pj.contains("spec") && pj["spec"].is_string()) qm.cfg.prefix.spec = pj["spec"].get<std::string>();
-    if (pj.contains("source") && pj["source"].is_string())
-      qm.cfg.prefix.source = quant::parse_prefix_source(pj["source"].get<std::string>());
-    prefix_k = L.copy<float>(tk);
-    prefix_v = L.copy<float>(tv);
+    prefix_k = L.copy<float>(L.tensor(want("sinkq.prefix.k"), "F32", {mc.num_layers, P, KV}));
+    prefix_v = L.copy<float>(L.tensor(want("sinkq.prefix.v"), "F32", {mc.num_layers, P, KV}));
   }
   // Nothing unexpected in the file.
   for (const TensorInfo* t : L.store.all())

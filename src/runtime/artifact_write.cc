@@ -159,30 +159,15 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
   for (const StaticActScale& e : qm.rt.a.scales)
     tl.add_copy(fmt::format("{}{}.act_scale", layer_prefix(e.layer), site_name(e.site)), DType::F32, {1},
                 std::vector<float>{e.params.scale.at(0)});
-  json kv_json = nullptr;
-  if (qm.kv) {
-    const KvScheme& ks = *qm.kv;
-    kv_json = {{"bits", ks.bits},
-               {"mode", std::string(quant::kv_mode_name(ks.mode))},
-               {"granularity", std::string(quant::kv_granularity_name(ks.granularity))},
-               {"symmetric", ks.symmetric},
-               {"describe", ks.describe()},
-               {"static", nullptr}};
-    for (const quant::StaticQuant& q : ks.statics) {
+  // Static KV params (their layout follows from the recipe and config.json: artifact_read.cc).
+  if (qm.kv)
+    for (const quant::StaticQuant& q : qm.kv->statics) {
       const quant::Params& p = q.params;
-      if (kv_json["static"].is_null())
-        kv_json["static"] = {{"granularity", std::string(quant::granularity_name(p.granularity))},
-                             {"head_dim", q.spec.head_dim},
-                             {"prow", p.prow},
-                             {"pcol", p.pcol},
-                             {"col_block", p.col_block}};
       const std::string base = fmt::format("{}{}", layer_prefix(q.layer), site_name(q.site));
       tl.add_copy(base + ".kv_scale", DType::F32, {int64_t(p.scale.size())}, p.scale);
       if (!p.symmetric) tl.add_copy(base + ".kv_zero", DType::F32, {int64_t(p.zero.size())}, p.zero, "I32");
       tl.add_copy(base + ".kv_clip", DType::F32, {1}, std::vector<float>{q.spec.clip_ratio});
     }
-  }
-  json prefix_json = nullptr;
   if (qm.prefix) {
     const KvPrefix& pf = *qm.prefix;
     const int64_t P = pf.size(), KV = pf.kv_dim();
@@ -195,10 +180,6 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     tl.add_copy("sinkq.prefix.tokens", DType::F32, {P}, pf.tokens(), "I32");
     tl.add_copy("sinkq.prefix.k", DType::F32, {int64_t(pf.num_layers()), P, KV}, k);
     tl.add_copy("sinkq.prefix.v", DType::F32, {int64_t(pf.num_layers()), P, KV}, v);
-    prefix_json = {{"tokens", pf.tokens()},
-                   {"size", P},
-                   {"source", std::string(quant::prefix_source_name(qm.cfg.prefix.source))},
-                   {"spec", qm.cfg.prefix.spec}};
   }
 
   std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
@@ -208,27 +189,34 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
   // ---- recipe --------------------------------------------------------------------------------
   json inventory = json::object();
   for (const TensorToWrite& t : tl.tensors) inventory[t.name] = {{"dtype", dtype_str(t)}, {"shape", t.shape}};
-  json sim = qm.recipe;
-  strip_times(sim);
+  // The recipe: Recipe::to_json (what load_artifact parses back with Recipe::from_json), the
+  // prefix tokens those of the KV rows stored; whatever else the caller recorded beside it in
+  // qm.recipe (calibration_result, prefix_resolution, ...) goes under "provenance", wall-clock
+  // times removed (deterministic bytes).
+  quant::Recipe cfg = qm.cfg;
+  cfg.prefix.tokens = qm.prefix ? qm.prefix->tokens() : std::vector<int32_t>{};
+  if (!qm.prefix) cfg.prefix.spec.clear();
+  const json recipe_json = cfg.to_json();
+  if (const std::string d = quant::json_first_difference(
+          quant::Recipe::from_json(recipe_json, "write_artifact").to_json(), recipe_json, "recipe");
+      !d.empty())
+    fail("write_artifact: the recipe does not read back to itself at '{}' (a bug: Recipe::to_json / from_json "
+         "disagree)", d);
+  json provenance = json::object();
+  if (qm.recipe.is_object())
+    for (const auto& [k, v] : qm.recipe.items())
+      if (!recipe_json.contains(k)) provenance[k] = v;
+  strip_times(provenance);
   const json recipe{
       {"format", "sinkq-artifact"},
       {"format_version", kArtifactFormatVersion},
       {"sinkq_version", SINKQ_VERSION},
       {"source", {{"model_dir", model_dir}, {"config_fnv1a64", fnv1a64_file(src_config)}}},
-      {"runtime",
-       {{"describe", qm.rt.describe()},
-        {"weights", {{"bits", qm.rt.w.bits}, {"group", qm.rt.w.group}, {"symmetric", qm.rt.w.symmetric}}},
-        {"activations",
-         {{"bits", qm.rt.a.bits},
-          {"mode", qm.rt.a.mode == ActMode::Static ? "static" : "dynamic"},
-          {"symmetric", qm.rt.a.symmetric}}},
-        {"kv", kv_json}}},
-      {"rotation", {{"on", qm.cfg.rotate.on}, {"seed", qm.cfg.rotate.seed}}},
-      {"prefix", prefix_json},
+      {"describe", qm.describe()},
       {"lm_head_tied", tied},
       {"fp_dtype", std::string(dtype_name(w.embed.dtype))},
-      {"preset", qm.cfg.preset},
-      {"sim", sim},
+      {"recipe", recipe_json},
+      {"provenance", provenance},
       {"tensors", inventory}};
 
   // ---- files, into a temp directory, then one rename ----------------------------------------

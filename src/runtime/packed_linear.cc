@@ -66,28 +66,39 @@ std::string sym_name(bool s) { return s ? "sym" : "asym"; }
 
 }  // namespace
 
-void RuntimeConfig::validate() const {
+void check_weights(const WeightScheme& w, const std::string& what) {
+  const std::string pre = what.empty() ? "" : what + ": ";
   SINKQ_CHECK(w.bits == 8 || w.bits == 4,
-              "{}-bit weights cannot run: the lowbit kernels have int8 and int4 weight formats only", w.bits);
-  SINKQ_CHECK(w.clip > 0.0f && w.clip <= 1.0f, "weight clip ratio {} is outside (0, 1]", w.clip);
+              "{}{}-bit weights cannot run: the lowbit kernels have int8 and int4 weight formats only", pre, w.bits);
+  SINKQ_CHECK(w.clip > 0.0f && w.clip <= 1.0f, "{}weight clip ratio {} is outside (0, 1]", pre, w.clip);
   if (w.bits == 8) {
     SINKQ_CHECK(w.group == 0,
-                "int8 weights in groups of {} columns cannot run: int8 weights are per output channel only "
-                "(w8_per_row)", w.group);
-    SINKQ_CHECK(w.symmetric, "asymmetric int8 weights cannot run: w8_per_row is symmetric");
+                "{}int8 weights in groups of {} columns cannot run: int8 weights are per output channel only "
+                "(w8_per_row)", pre, w.group);
+    SINKQ_CHECK(w.symmetric, "{}asymmetric int8 weights cannot run: w8_per_row is symmetric", pre);
   } else {
     SINKQ_CHECK(w.group == 0 || w.group == 32 || w.group == 64 || w.group == 128,
-                "int4 weights in groups of {} columns cannot run: int4 groups are 32, 64 or 128 columns "
-                "(or 0: per output channel)", w.group);
+                "{}int4 weights in groups of {} columns cannot run: int4 groups are 32, 64 or 128 columns "
+                "(or 0: per output channel)", pre, w.group);
     SINKQ_CHECK(w.group != 0 || w.symmetric,
-                "asymmetric per-channel int4 weights cannot run: asymmetric int4 formats are per group only "
-                "(w4_g32_asym, w4_g64_asym, w4_g128_asym)");
+                "{}asymmetric per-channel int4 weights cannot run: asymmetric int4 formats are per group only "
+                "(w4_g32_asym, w4_g64_asym, w4_g128_asym)", pre);
   }
+}
+
+void RuntimeConfig::validate() const {
+  check_weights(w);
+  for (size_t i = 0; i < weight_rules.size(); ++i)
+    check_weights(quant::resolve_weights(w, std::span(&weight_rules[i], 1), 0, 0, 1),
+                  fmt::format("weight_rules[{}] ({})", i, weight_rules[i].describe()));
   SINKQ_CHECK(a.bits != 16,
               "weight-only quantization (W{}A16, fp32 activations) cannot run: the lowbit kernels multiply int8 / "
               "int4 activation codes; quantize activations to 8 or 4 bits, or use the simulator", w.bits);
   SINKQ_CHECK(a.bits == 8 || a.bits == 4,
               "{}-bit activations cannot run: the lowbit kernels take int8 or int4 activations", a.bits);
+  SINKQ_CHECK(a.mode != ActMode::Cross,
+              "CrossQuant activations cannot run: the lowbit kernels take one scale per token or per tensor "
+              "(a CrossQuant scale varies per element); use the simulator");
   SINKQ_CHECK(a.symmetric,
               "asymmetric activations cannot run: the lowbit kernels take symmetric activation codes only "
               "(x̂ = s·c, no activation zero point in the integer GEMM)");
@@ -104,6 +115,7 @@ std::string RuntimeConfig::describe() const {
   const std::string wg = w.group == 0 ? "per-channel" : fmt::format("g{}", w.group);
   std::string s = fmt::format("W{} {} {}", w.bits, wg, sym_name(w.symmetric));
   if (w.clip != 1.0f) s += fmt::format(" clip={}", w.clip);
+  for (const quant::WeightRule& r : weight_rules) s += " | " + r.describe();
   s += fmt::format(" | A{} {} {}", a.bits, a.mode == ActMode::Dynamic ? "dynamic per-token" : "static per-tensor",
                    sym_name(a.symmetric));
   return s;
@@ -119,9 +131,7 @@ PackedFormat activation_format(const ActScheme& a) {
 }
 
 std::vector<WeightBlock> weight_blocks(const WeightScheme& ws, int64_t cols, const std::string& name) {
-  RuntimeConfig check;
-  check.w = ws;
-  check.validate();
+  check_weights(ws, name);
   // Column blocks, as the simulator's fake_quant_weight: [0, main) with the group format, and the
   // ragged rest (or the whole row) with one scale per row.
   const int64_t G = ws.group;
@@ -159,9 +169,6 @@ void PackedLinear::init_activation(PackedFormat act, quant::Params static_params
 PackedLinear::PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
                            PackedFormat act, quant::Params static_params)
     : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
-  RuntimeConfig check;
-  check.w = ws;
-  check.validate();
   init_activation(act, std::move(static_params));
   std::vector<float> buf;
   for (const WeightBlock& b : weight_blocks(ws, cols, name_)) {
@@ -278,6 +285,7 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
   const PackedFormat act = activation_format(cfg.a);
   const ModelWeights& src = base->weights();
   const int L = int(src.layers.size());
+  quant::check_rule_layers(cfg.weight_rules, L);
   for (int l = 0; l < L; ++l)
     for (int i = 0; i < kNumLinearRoles; ++i)
       SINKQ_CHECK(!src.layers[size_t(l)].impl_of(i), "pack_model: layer {} already runs packed linears (pack the "
@@ -311,7 +319,7 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
     std::vector<float> f32(size_t(m.rows * m.cols));
     to_f32(m.dtype, m.data, f32.data(), f32.size());
     const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
-    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.w, act,
+    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.weights(l, i, L), act,
                                                 sp ? *sp : quant::Params{});
   });
   return Model::with_weights(std::move(base), std::move(w));

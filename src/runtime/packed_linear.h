@@ -39,21 +39,16 @@
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "model/sites.h"
+#include "quant/recipe.h"
 
 namespace sinkq::runtime {
 
-// Weight quantization (the simulator's WeightSim fields with the same meaning).
-struct WeightScheme {
-  int bits = 8;            // 8 (per output channel only) or 4
-  int group = 0;           // 0 = per output channel; 32, 64 or 128 input columns (4-bit only)
-  bool symmetric = true;   // false: 4-bit groups only (w4_g*_asym)
-  float clip = 1.0f;       // fixed clip ratio in (0, 1] of every scale (sim.h WeightSim::clip)
-};
-
-enum class ActMode : uint8_t {
-  Dynamic,  // per token: one scale per row from that row's abs-max, every call (a*_per_token)
-  Static,   // per tensor: one calibrated scale per (layer, site) for every token (a*_per_tensor)
-};
+// Weight quantization: the recipe's own WeightSim (bits, group, symmetric, clip; clip_grid has no
+// meaning here: what is packed carries its clip already). The runtime defaults to 8 bits.
+using WeightScheme = quant::WeightSim;
+// Dynamic per token (a*_per_token) or static per tensor (a*_per_tensor, calibrated); Cross
+// (CrossQuant) has no packed format.
+using ActMode = quant::ActMode;
 
 // Calibrated per-tensor params of one activation site (attn_in, o_in, mlp_in or down_in) of one
 // layer: quant::Params of Granularity::PerTensor, symmetric, bits = ActScheme::bits, over the
@@ -72,14 +67,25 @@ struct ActScheme {
 };
 
 struct RuntimeConfig {
-  WeightScheme w;
+  WeightScheme w{.bits = 8};                   // every (layer, role) without a matching rule
+  std::vector<quant::WeightRule> weight_rules;  // the recipe's per-(layer, role) overrides
   ActScheme a;
+  // The weights of one matrix (quant::resolve_weights: the recipe's one resolution).
+  WeightScheme weights(int layer, int role, int num_layers) const {
+    return quant::resolve_weights(w, weight_rules, layer, role, num_layers);
+  }
   // Throws sinkq::Error saying exactly what the lowbit kernels cannot run (per-model checks, such
-  // as the static scale table or ragged asymmetric groups, are made by pack_model).
+  // as the static scale table or ragged asymmetric groups, are made by pack_model). The default
+  // weights and each rule applied to them are checked; a combination of rules that cannot run is
+  // an error naming the matrix when it is packed.
   void validate() const;
   // e.g. "W4 g128 asym | A8 dynamic per-token"
   std::string describe() const;
 };
+
+// Throws sinkq::Error saying why the lowbit kernels cannot run weights `ws` (`what` prefixes the
+// message, e.g. the matrix or the rule).
+void check_weights(const WeightScheme& ws, const std::string& what = "");
 
 // The activation format of a scheme (a8/a4 per token or per tensor); validates it.
 lowbit::PackedFormat activation_format(const ActScheme& a);

@@ -90,7 +90,7 @@ PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t co
 
 namespace {
 
-RuntimeConfig runtime_config_impl(const quant::SimConfig& cfg, const std::vector<quant::StaticQuant>& statics,
+RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics,
                                   bool need_scales) {
   cfg.validate();
   SINKQ_CHECK(cfg.w.on(),
@@ -115,9 +115,14 @@ RuntimeConfig runtime_config_impl(const quant::SimConfig& cfg, const std::vector
   rt.w.group = cfg.w.group;
   rt.w.symmetric = cfg.w.symmetric;
   rt.w.clip = 1.0f;  // the weights packed are already fake-quantized with the chosen clip
+  for (quant::WeightRule r : cfg.weight_rules) {
+    r.clip.reset();  // as rt.w.clip: what is packed carries its clip already
+    r.clip_grid.reset();
+    if (r.bits || r.group || r.symmetric) rt.weight_rules.push_back(std::move(r));
+  }
   rt.a.bits = cfg.a.bits;
   rt.a.symmetric = cfg.a.symmetric;
-  rt.a.mode = cfg.a.mode == quant::ActMode::Static ? ActMode::Static : ActMode::Dynamic;
+  rt.a.mode = cfg.a.mode;
   for (const quant::StaticQuant& q : statics) {
     if (!is_act_site(q.site)) continue;  // K / V: the KV scheme's
     SINKQ_CHECK(rt.a.mode == ActMode::Static, "static activation params for layer {} site {} with dynamic "
@@ -135,11 +140,11 @@ RuntimeConfig runtime_config_impl(const quant::SimConfig& cfg, const std::vector
 
 }  // namespace
 
-RuntimeConfig runtime_config(const quant::SimConfig& cfg, const std::vector<quant::StaticQuant>& statics) {
+RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics) {
   return runtime_config_impl(cfg, statics, /*need_scales=*/true);
 }
 
-void check_runnable(const quant::SimConfig& cfg) { runtime_config_impl(cfg, {}, /*need_scales=*/false); }
+void check_runnable(const quant::Recipe& cfg) { runtime_config_impl(cfg, {}, /*need_scales=*/false); }
 
 namespace {
 
@@ -190,6 +195,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
 
   const ModelWeights& src = sim.model->weights();
   const int L = int(src.layers.size());
+  quant::check_rule_layers(qm.rt.weight_rules, L);
   std::vector<const quant::Params*> table(size_t(L) * 4, nullptr);
   for (const StaticActScale& e : qm.rt.a.scales) {
     const int slot = linear_input_index(e.site);
@@ -218,7 +224,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       to_f32(m.dtype, m.data, f32.data(), f32.size());
       std::vector<PackedLinear::PlanarBlock> blocks;
       std::vector<float> buf;
-      for (const WeightBlock& b : weight_blocks(qm.rt.w, m.cols, m.name)) {
+      for (const WeightBlock& b : weight_blocks(qm.rt.weights(l, i, L), m.cols, m.name)) {
         const float* x = f32.data();
         if (b.cols != m.cols) {
           buf.resize(size_t(m.rows * b.cols));

@@ -48,7 +48,7 @@ struct QuantizedModel {
   // The packed model: LayerWeights::impl of every layer holds a PackedLinear; embeddings, norms,
   // lm_head (and the Mats' shapes / names) are the simulator's model's, possibly rounded.
   std::shared_ptr<const Model> model;
-  quant::SimConfig cfg;                    // what was simulated (rotation, calibration, prefix)
+  quant::Recipe cfg;                    // what was simulated (rotation, calibration, prefix)
   RuntimeConfig rt;                        // what the kernels run (derived from cfg + statics)
   std::optional<KvScheme> kv;              // the packed KV cache (with its static k / v params); none: fp32
   std::shared_ptr<const KvPrefix> prefix;  // full-precision KV prefix; null = none
@@ -76,11 +76,11 @@ struct QuantizeOptions {
 // The runtime configuration of a simulated one (weights at clip 1, see the top of this file;
 // static activation Params per (layer, site) from statics). Throws sinkq::Error for what the
 // kernels cannot run.
-RuntimeConfig runtime_config(const quant::SimConfig& cfg, const std::vector<quant::StaticQuant>& statics);
+RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics);
 
 // The same checks before anything is calibrated (static scales not needed yet): what a command
 // calls before it loads a model. Throws as runtime_config.
-void check_runnable(const quant::SimConfig& cfg);
+void check_runnable(const quant::Recipe& cfg);
 
 // `m` with its embeddings and lm_head rounded to `dtype` (as an artifact of that --fp-dtype stores
 // them), everything else (packed linears included) shared with `m`, which the result keeps alive.

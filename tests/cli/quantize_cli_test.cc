@@ -59,7 +59,7 @@ TEST(CliQuantize, W8A8AndW4A8WriteArtifacts) {
     for (const char* file : {"model.safetensors", "config.json", "sinkq_recipe.json", "tokenizer.json", "tokenizer.model"})
       EXPECT_TRUE(j.at("files").contains(file)) << file;
     const json recipe = json::parse(read_file(tmp.file(name) + "/sinkq_recipe.json"));
-    EXPECT_EQ(recipe.at("runtime").at("weights").at("bits"), name == "w4a8" ? 4 : 8);
+    EXPECT_EQ(recipe.at("recipe").at("weights").at("bits"), name == "w4a8" ? 4 : 8);
     EXPECT_EQ(recipe.at("sinkq_version").get<std::string>().empty(), false);
     EXPECT_NE(r.err.find("quantize: writing"), std::string::npos) << r.err;
   }
@@ -84,9 +84,9 @@ TEST(CliQuantize, ByteIdenticalOnRerunAndForce) {
   const auto a = dir_bytes(tmp.file("a"));
   EXPECT_TRUE(a == dir_bytes(tmp.file("b")));
   const json recipe = json::parse(a.at("sinkq_recipe.json"));
-  EXPECT_FALSE(recipe.at("prefix").is_null());
-  EXPECT_EQ(recipe.at("runtime").at("kv").at("mode"), "static");
-  EXPECT_EQ(recipe.at("rotation").at("seed"), 3);
+  EXPECT_FALSE(recipe.at("recipe").at("prefix").is_null());
+  EXPECT_EQ(recipe.at("recipe").at("kv").at("mode"), "static");
+  EXPECT_EQ(recipe.at("recipe").at("rotation").at("seed"), 3);
   // Existing output: refused, untouched; --force replaces it, nothing else is left.
   expect_error(quantize(tmp.file("a"), {"--preset", "w8a8"}), {"already exists", "--force"});
   EXPECT_TRUE(dir_bytes(tmp.file("a")) == a);
@@ -224,6 +224,48 @@ TEST(CliQuantize, FromGgufSource) {
   ASSERT_TRUE(packed.contains("kld"));
   EXPECT_GT(packed.at("kld").get<double>(), 0.0);
   EXPECT_LT(packed.at("kld").get<double>(), 0.1);
+}
+
+}  // namespace
+}  // namespace sinkq
+
+namespace sinkq {
+namespace {
+
+// --dump-recipe prints the recipe of the flags; --recipe FILE reads it back (with a weight rule
+// added by hand): the artifact then holds that recipe and runs it; flags still override it; a bad
+// file is an error naming it and the field.
+TEST(CliQuantize, RecipeFileRoundTrip) {
+  testing::TempDir tmp;
+  const RunResult d = quantize(tmp.file("unused"), {"--preset", "w4a8", "--w-group", "32", "--dump-recipe"});
+  ASSERT_EQ(d.rc, 0) << d.err;
+  EXPECT_FALSE(fs::exists(tmp.file("unused")));  // --dump-recipe writes nothing
+  json r = json::parse(d.out);
+  EXPECT_EQ(r.at("weights").at("bits"), 4);
+  EXPECT_EQ(r.at("weights").at("group_size"), 32);
+  EXPECT_EQ(r.at("weight_rules"), json::array());
+  r["weight_rules"] = json::array({{{"layers", {0, -1}}, {"roles", {"down_proj"}}, {"bits", 8}, {"group_size", 0}}});
+  const std::string file = tmp.file("recipe.json");
+  write_file_atomic(file, r.dump(2));
+  const RunResult q = quantize(tmp.file("art"), {"--recipe", file, "--a-bits", "4"});
+  ASSERT_EQ(q.rc, 0) << q.err;
+  const json written = json::parse(read_file(tmp.file("art") + "/sinkq_recipe.json")).at("recipe");
+  EXPECT_EQ(written.at("weight_rules"), r.at("weight_rules"));
+  EXPECT_EQ(written.at("activations").at("bits"), 4);  // the flag over the file
+  EXPECT_NE(q.out.find("layers 0,-1 down_proj: W8 per-channel"), std::string::npos) << q.out;
+  const RunResult p = run({"ppl", "-m", tmp.file("art"), "-f", sample_text(), "--ctx", "64", "--max-windows",
+                           "2", "--json"});
+  ASSERT_EQ(p.rc, 0) << p.err;
+  EXPECT_GT(json::parse(p.out).at("ppl").get<double>(), 1.0);
+  // Errors name the file and the field.
+  write_file_atomic(tmp.file("bad.json"), R"({"weights": {"bits": 4}, "weight_rules": [{"layers": "all", "roles": ["down"], "bits": 8}]})");
+  expect_error(quantize(tmp.file("b"), {"--recipe", tmp.file("bad.json")}),
+               {"bad.json", "weight_rules[0].roles[0]", "unknown role 'down'"});
+  write_file_atomic(tmp.file("notjson.json"), "{");
+  expect_error(quantize(tmp.file("b"), {"--recipe", tmp.file("notjson.json")}), {"--recipe", "not valid JSON"});
+  expect_error(quantize(tmp.file("b"), {"--recipe", tmp.file("missing.json")}), {"--recipe", "missing.json"});
+  expect_error(quantize(tmp.file("b"), {"--recipe", file, "--preset", "w8a8"}), {"--recipe and --preset"});
+  EXPECT_FALSE(fs::exists(tmp.file("b")));
 }
 
 }  // namespace

@@ -34,7 +34,7 @@ struct Mixtext {
     co.seed = 0;
     calib = load_calib(testing::shared_dir() + "/data/c4/c4_train_00000_first1000.jsonl", *tok, co).samples;
   }
-  double ppl(const quant::SimConfig& c) const {
+  double ppl(const quant::Recipe& c) const {
     const quant::SimModel sim = quant::build_sim(model, c, calib);
     Forward f(sim.model, opt.ctx);
     sim.attach(f);
@@ -42,8 +42,8 @@ struct Mixtext {
   }
 };
 
-quant::SimConfig a_static(int bits, bool grid) {
-  quant::SimConfig c;
+quant::Recipe a_static(int bits, bool grid) {
+  quant::Recipe c;
   c.a.bits = bits;
   c.a.mode = quant::ActMode::Static;
   c.a.clip_grid = grid;
@@ -61,7 +61,7 @@ quant::SimConfig a_static(int bits, bool grid) {
 TEST(CalibratedPpl, StaticActivationsOnMixtext) {
   Mixtext m;
   ASSERT_EQ(m.calib.size(), 4u);
-  quant::SimConfig fp;
+  quant::Recipe fp;
   const double p_fp = m.ppl(fp);
   const double p_a8 = m.ppl(a_static(8, true));
   EXPECT_LT(std::abs(p_a8 / p_fp - 1.0), 0.02) << p_a8 << " vs fp " << p_fp;

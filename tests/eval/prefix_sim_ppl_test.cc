@@ -48,7 +48,7 @@ double inline_nll(const Data& d) {
   return sum / double(n);
 }
 
-PplResult prefix_ppl(const Data& d, const quant::SimConfig& cfg) {
+PplResult prefix_ppl(const Data& d, const quant::Recipe& cfg) {
   const quant::SimModel sm = quant::build_sim(d.model, cfg, {});
   Forward f(sm.model, kCtx);
   sm.attach(f);
@@ -59,8 +59,8 @@ PplResult prefix_ppl(const Data& d, const quant::SimConfig& cfg) {
   return perplexity(f, d.toks, o);
 }
 
-quant::SimConfig bos_cfg() {
-  quant::SimConfig c;
+quant::Recipe bos_cfg() {
+  quant::Recipe c;
   c.prefix.spec = "bos";
   c.prefix.tokens = {1};
   c.prefix.bos_id = 1;
@@ -77,7 +77,7 @@ TEST(PrefixSimPpl, BosPrefixEqualsInlineBos) {
   const PplResult r = prefix_ppl(d, bos_cfg());
   EXPECT_EQ(r.tokens_scored, kWindows * (kCtx - 1));
   EXPECT_NEAR(r.mean_nll, want, 1e-6 * want);
-  quant::SimConfig rot = bos_cfg();
+  quant::Recipe rot = bos_cfg();
   rot.rotate.on = true;
   rot.rotate.seed = 11;
   EXPECT_NEAR(prefix_ppl(d, rot).mean_nll, want, 1e-4 * want);
@@ -88,7 +88,7 @@ TEST(PrefixSimPpl, BosPrefixEqualsInlineBos) {
 // above: the same per-row quantizers on the same rows).
 TEST(PrefixSimPpl, IntactKvOnAndOffScoreTheSameTargets) {
   const Data d;
-  quant::SimConfig c = bos_cfg();
+  quant::Recipe c = bos_cfg();
   c.w.bits = 4;
   c.a.bits = 4;
   c.kv.bits = 4;
@@ -98,7 +98,7 @@ TEST(PrefixSimPpl, IntactKvOnAndOffScoreTheSameTargets) {
   EXPECT_EQ(on.tokens_scored, off.tokens_scored);
   EXPECT_NE(on.mean_nll, off.mean_nll);
   // Inline quantized run.
-  quant::SimConfig plain = c;
+  quant::Recipe plain = c;
   plain.prefix = quant::PrefixSim{};
   const quant::SimModel sm = quant::build_sim(d.model, plain, {});
   Forward f(sm.model, kCtx + 1);

@@ -43,7 +43,7 @@ struct Stories {
     opt.ctx = 256;  // gptq protocol, all 8 windows of the sample (2040 predictions)
     opt.bos_id = tok->bos_id();
   }
-  PplResult run(const quant::SimConfig& c) const {
+  PplResult run(const quant::Recipe& c) const {
     Forward f(quant::fake_quantize_weights(model, c), opt.ctx), ref(model, opt.ctx);
     quant::attach(f, c);
     return perplexity(f, toks, opt, &ref);
@@ -52,7 +52,7 @@ struct Stories {
 
 TEST(SimPpl, FullPrecisionAgainstItselfIsExactlyZero) {
   Stories s;
-  const PplResult r = s.run(quant::SimConfig::from_preset("fp16"));
+  const PplResult r = s.run(quant::Recipe::from_preset("fp16"));
   Forward plain(s.model, s.opt.ctx);
   const PplResult p = perplexity(plain, s.toks, s.opt);
   EXPECT_TRUE(r.has_kld);
@@ -71,13 +71,13 @@ TEST(SimPpl, FullPrecisionAgainstItselfIsExactlyZero) {
 // 4-bit must be clearly worse: ppl and KLD above 8-bit, and A4 above A8 with the same W4KV4.
 TEST(SimPpl, EightBitIsCloseAndFourBitIsWorse) {
   Stories s;
-  const PplResult fp = s.run(quant::SimConfig::from_preset("fp16"));
-  const PplResult q8 = s.run(quant::SimConfig::from_preset("w8a8kv8"));
+  const PplResult fp = s.run(quant::Recipe::from_preset("fp16"));
+  const PplResult q8 = s.run(quant::Recipe::from_preset("w8a8kv8"));
   EXPECT_LT(std::abs(q8.ppl / fp.ppl - 1.0), 0.02) << q8.ppl << " vs " << fp.ppl;
   EXPECT_GT(q8.kld, 0.0);
   EXPECT_LT(q8.kld, 0.02);
-  const PplResult q4a8 = s.run(quant::SimConfig::from_preset("w4a8kv4"));
-  const PplResult q4 = s.run(quant::SimConfig::from_preset("w4a4kv4"));
+  const PplResult q4a8 = s.run(quant::Recipe::from_preset("w4a8kv4"));
+  const PplResult q4 = s.run(quant::Recipe::from_preset("w4a4kv4"));
   EXPECT_GT(q4a8.ppl, q8.ppl);
   EXPECT_GT(q4a8.kld, q8.kld);
   EXPECT_GT(q4.ppl, q4a8.ppl);

@@ -232,7 +232,7 @@ TEST(WeightClip, MatchesBruteForce) {
 TEST(StaticQuant, EqualsDynamicPerTensorOnTheCalibrationTokens) {
   const auto toks = tokens(40);
   for (KvGranularity kvg : {KvGranularity::Tensor, KvGranularity::Head}) {
-    SimConfig c;
+    Recipe c;
     c.w.bits = 4;
     c.a.bits = 4;
     c.a.mode = ActMode::Static;
@@ -268,8 +268,8 @@ TEST(StaticQuant, EqualsDynamicPerTensorOnTheCalibrationTokens) {
   }
 }
 
-SimConfig w4a4kv4_static() {
-  SimConfig c = SimConfig::from_preset("w4a4kv4");
+Recipe w4a4kv4_static() {
+  Recipe c = Recipe::from_preset("w4a4kv4");
   c.w.clip_grid = true;
   c.a.mode = ActMode::Static;
   c.kv.mode = KvMode::Static;
@@ -342,7 +342,7 @@ TEST(StaticQuant, Reproducible) {
 // steps at positions > 0 are quantized with the same calibrated scale (every value at a static
 // per-tensor site is an integer multiple of the stored scale within the 4-bit code range).
 TEST(StaticQuant, AppliesTheCalibratedScaleAtEveryPosition) {
-  SimConfig c;
+  Recipe c;
   c.a.bits = 4;
   c.a.mode = ActMode::Static;
   const auto calib = calib_samples();
@@ -373,7 +373,7 @@ TEST(StaticQuant, AppliesTheCalibratedScaleAtEveryPosition) {
 // With rotation on and nothing quantized, SimModel runs the rotated model with its online
 // rotations: the logits equal the base model's up to fp32 rounding.
 TEST(SimModel, RotationAloneKeepsTheModel) {
-  SimConfig c;
+  Recipe c;
   c.rotate.on = true;
   c.rotate.seed = 3;
   const SimModel sim = build_sim(stories(), c, {});
@@ -394,8 +394,8 @@ TEST(SimModel, RotationAloneKeepsTheModel) {
   EXPECT_NE(c.describe().find("rotate seed=3"), std::string::npos);
 }
 
-TEST(SimConfig, CalibratedConfigJsonAndDescribe) {
-  SimConfig c = w4a4kv4_static();
+TEST(Recipe, CalibratedConfigJsonAndDescribe) {
+  Recipe c = w4a4kv4_static();
   c.kv.granularity = KvGranularity::Tensor;
   c.a.clip_grid = false;
   c.a.clip = 0.9f;
@@ -420,61 +420,61 @@ TEST(SimConfig, CalibratedConfigJsonAndDescribe) {
   EXPECT_EQ(c.describe(),
             "W4 per-channel sym clip=grid | A4 static per-tensor sym clip=0.9 | KV4 static per-tensor sym clip=grid"
             " | calib c4.jsonl 8x256 seed=0");
-  EXPECT_TRUE(SimConfig::from_preset("w4a4kv4").to_json().at("calibration").is_null());
+  EXPECT_TRUE(Recipe::from_preset("w4a4kv4").to_json().at("calibration").is_null());
 }
 
-TEST(SimConfig, CalibrationErrorsNameTheFlag) {
-  auto expect = [](const SimConfig& c, std::vector<std::string> needles) {
+TEST(Recipe, CalibrationErrorsNameTheFlag) {
+  auto expect = [](const Recipe& c, std::vector<std::string> needles) {
     const std::string e = error_of([&] {
       c.validate();
       build_sim(stories(), c, {});
     });
     for (const auto& n : needles) EXPECT_NE(e.find(n), std::string::npos) << "'" << n << "' not in: " << e;
   };
-  SimConfig c = SimConfig::from_preset("w4a16");
+  Recipe c = Recipe::from_preset("w4a16");
   c.w.clip_grid = true;
   expect(c, {"--w-clip grid", "--calib"});
-  c = SimConfig::from_preset("w8a8kv8");
+  c = Recipe::from_preset("w8a8kv8");
   c.kv.mode = KvMode::Static;
   expect(c, {"--kv-quant static", "--calib"});
   c.kv.granularity = KvGranularity::Token;
   expect(c, {"--kv-gran"});
-  c = SimConfig::from_preset("w8a8kv8");
+  c = Recipe::from_preset("w8a8kv8");
   c.kv.granularity = KvGranularity::Tensor;  // dynamic per-tensor is not a mode
   expect(c, {"--kv-gran", "--kv-quant static"});
-  c = SimConfig::from_preset("w8a8kv8");
+  c = Recipe::from_preset("w8a8kv8");
   c.a.clip_grid = false;
   c.a.clip = 0.9f;  // dynamic: the clip would be silently ignored
   expect(c, {"--a-clip"});
-  c = SimConfig::from_preset("w8a8kv8");
+  c = Recipe::from_preset("w8a8kv8");
   c.kv.clip = 0.5f;
   c.kv.clip_grid = false;
   expect(c, {"--kv-clip"});
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.a.mode = ActMode::Cross;
   c.a.symmetric = false;
   expect(c, {"--a-asym"});
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.calib.samples = 0;
   expect(c, {"--calib-samples"});
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.calib.len = 1;
   expect(c, {"--calib-len"});
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.calib.grid = {1.0f, 1.5f};
   expect(c, {"grid"});
   // Samples longer than the model's positions.
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.a.mode = ActMode::Static;
   const std::vector<std::vector<int32_t>> too_long{tokens(int(stories()->config().max_position_embeddings) + 1)};
   EXPECT_NE(error_of([&] { build_sim(stories(), c, too_long); }).find("--calib-len"), std::string::npos);
   // The dynamic-only attach refuses rotation (the model would not be rotated).
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.rotate.on = true;
   Forward f(stories(), 8);
   EXPECT_NE(error_of([&] { attach(f, c); }).find("--rotate"), std::string::npos);
   // fake_quantize_weights cannot search clip ratios itself.
-  c = SimConfig::from_preset("w4a16");
+  c = Recipe::from_preset("w4a16");
   c.w.clip_grid = true;
   EXPECT_NE(error_of([&] { fake_quantize_weights(stories(), c); }).find("--w-clip grid"), std::string::npos);
 }

@@ -56,8 +56,8 @@ std::vector<std::vector<int32_t>> samples(int n, int len, uint64_t seed = 5) {
 }
 
 // Static per-tensor A8 (plain max calibration, clip 1), nothing else.
-SimConfig static_a8() {
-  SimConfig c;
+Recipe static_a8() {
+  Recipe c;
   c.a.bits = 8;
   c.a.mode = ActMode::Static;
   c.a.clip_grid = false;
@@ -88,7 +88,7 @@ PrefixSim bos_prefix(PrefixSim::Source src = PrefixSim::Source::Fp) {
 // fitted to the outlier. Layer 0 (no outlier) changes only a little in comparison.
 TEST(SimPrefix, StaticScalesBehindBosPrefixIgnoreTheOutlier) {
   const auto calib = samples(4, 40);
-  SimConfig c = static_a8();
+  Recipe c = static_a8();
   const SimModel plain = build_sim(planted(), c, calib);
   c.prefix = bos_prefix();
   const SimModel pref = build_sim(planted(), c, calib);
@@ -109,7 +109,7 @@ TEST(SimPrefix, LeadingBosDroppedBehindABosPrefix) {
   const auto calib = samples(3, 33);
   std::vector<std::vector<int32_t>> bodies;
   for (const auto& s : calib) bodies.emplace_back(s.begin() + 1, s.end());
-  SimConfig c = static_a8();
+  Recipe c = static_a8();
   c.prefix = bos_prefix();
   EXPECT_TRUE(c.prefix.strips_bos());
   const SimModel a = build_sim(planted(), c, calib), b = build_sim(planted(), c, bodies);
@@ -144,7 +144,7 @@ TEST(SimPrefix, NoQuantizationPrefixRunEqualsInlineFpRun) {
   const int64_t V = stories()->config().vocab_size;
   const std::vector<float> want(full.begin() + long(prefix.size() * size_t(V)), full.end());
   for (bool rotate : {false, true}) {
-    SimConfig c;
+    Recipe c;
     c.rotate.on = rotate;
     c.rotate.seed = 7;
     c.prefix.spec = "ids:1,29,13";
@@ -163,7 +163,7 @@ TEST(SimPrefix, NoQuantizationPrefixRunEqualsInlineFpRun) {
 // quantizers on the same rows; only the call split differs). Source fp gives different logits
 // (the prefix rows are exact), and different prefix KV rows.
 TEST(SimPrefix, PrefixSourceFpAndQuantDiffer) {
-  SimConfig c = SimConfig::from_preset("w4a4kv4");  // dynamic: no calibration needed
+  Recipe c = Recipe::from_preset("w4a4kv4");  // dynamic: no calibration needed
   c.prefix = bos_prefix(PrefixSim::Source::Fp);
   const SimModel fp = build_sim(stories(), c, {});
   c.prefix.source = PrefixSim::Source::Quant;
@@ -181,7 +181,7 @@ TEST(SimPrefix, PrefixSourceFpAndQuantDiffer) {
   const auto lf = logits_of(ffp, body), lq = logits_of(fq, body);
   EXPECT_GT(rel_diff(lf, lq), 1e-3);  // a 4-bit [BOS] row changes every later logit
   // The inline quantized run (no prefix object): [BOS] + body through the same hooks.
-  SimConfig plain = c;
+  Recipe plain = c;
   plain.prefix = PrefixSim{};
   const SimModel inl = build_sim(stories(), plain, {});
   Forward fi(inl.model, 40);
@@ -197,7 +197,7 @@ TEST(SimPrefix, PrefixSourceFpAndQuantDiffer) {
 // outlier [BOS] is back in the statistics and sets the scale, as in a plain quantized model.
 TEST(SimPrefix, SourceQuantCalibratesWithThePrefixInline) {
   const auto calib = samples(3, 33);
-  SimConfig c = static_a8();
+  Recipe c = static_a8();
   c.prefix = bos_prefix(PrefixSim::Source::Quant);
   const SimModel q = build_sim(planted(), c, calib);
   c.prefix.source = PrefixSim::Source::Fp;
@@ -207,10 +207,10 @@ TEST(SimPrefix, SourceQuantCalibratesWithThePrefixInline) {
 }
 
 TEST(SimPrefix, PresetsJsonAndDescribe) {
-  const auto names = SimConfig::preset_names();
+  const auto names = Recipe::preset_names();
   for (const char* n : {"prefixquant-w8a8kv8", "prefixquant-w4a8kv4", "prefixquant-w4a4kv4"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-    const SimConfig c = SimConfig::from_preset(n);
+    const Recipe c = Recipe::from_preset(n);
     EXPECT_NO_THROW(c.validate());
     EXPECT_TRUE(c.rotate.on);
     EXPECT_EQ(c.prefix.spec, "auto");
@@ -225,8 +225,8 @@ TEST(SimPrefix, PresetsJsonAndDescribe) {
     EXPECT_EQ(c.kv.granularity, c.kv.bits == 8 ? KvGranularity::Tensor : KvGranularity::Head) << n;
     EXPECT_TRUE(c.needs_calibration());
   }
-  EXPECT_EQ(SimConfig::from_preset("prefixquant-w4a8kv4").a.bits, 8);
-  SimConfig c = SimConfig::from_preset("w4a16");
+  EXPECT_EQ(Recipe::from_preset("prefixquant-w4a8kv4").a.bits, 8);
+  Recipe c = Recipe::from_preset("w4a16");
   EXPECT_TRUE(c.to_json().at("prefix").is_null());
   EXPECT_EQ(c.describe().find("prefix"), std::string::npos);
   c.prefix = bos_prefix(PrefixSim::Source::Quant);
@@ -241,16 +241,16 @@ TEST(SimPrefix, PresetsJsonAndDescribe) {
 
 TEST(SimPrefix, ErrorsNameTheFlags) {
   EXPECT_NE(error_of([] { parse_prefix_source("int8"); }).find("--prefix-source"), std::string::npos);
-  SimConfig c;
+  Recipe c;
   c.prefix.source = PrefixSim::Source::Quant;
   EXPECT_NE(error_of([&] { c.validate(); }).find("--prefix"), std::string::npos);
   // A spec never resolved to tokens.
-  SimConfig u;
+  Recipe u;
   u.prefix.spec = "auto";
   EXPECT_NE(error_of([&] { build_sim(stories(), u, {}); }).find("not resolved"), std::string::npos);
   // P + calibration body beyond max_position_embeddings (planted: 128): 3 prefix tokens (no
   // [BOS] among them: nothing dropped) + 127 > 128.
-  SimConfig s = static_a8();
+  Recipe s = static_a8();
   s.prefix.spec = "ids:29,13,40";
   s.prefix.tokens = {29, 13, 40};
   s.prefix.bos_id = kBos;
@@ -259,7 +259,7 @@ TEST(SimPrefix, ErrorsNameTheFlags) {
   EXPECT_NE(e.find("--prefix"), std::string::npos) << e;
   EXPECT_NE(e.find("125"), std::string::npos) << e;  // the longest length that fits
   // Out-of-vocabulary prefix token.
-  SimConfig v;
+  Recipe v;
   v.prefix.tokens = {100000};
   EXPECT_NE(error_of([&] { build_sim(stories(), v, {}); }).find("--prefix"), std::string::npos);
 }

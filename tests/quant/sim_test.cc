@@ -30,11 +30,11 @@ std::vector<float> widened(const Mat& m) {
   return v;
 }
 
-TEST(SimConfig, PresetsAndJson) {
-  for (const auto& n : SimConfig::preset_names()) EXPECT_NO_THROW(SimConfig::from_preset(n).validate()) << n;
-  const SimConfig fp = SimConfig::from_preset("fp16");
+TEST(Recipe, PresetsAndJson) {
+  for (const auto& n : Recipe::preset_names()) EXPECT_NO_THROW(Recipe::from_preset(n).validate()) << n;
+  const Recipe fp = Recipe::from_preset("fp16");
   EXPECT_FALSE(fp.any());
-  const SimConfig c = SimConfig::from_preset("w4a8kv4");
+  const Recipe c = Recipe::from_preset("w4a8kv4");
   EXPECT_EQ(c.w.bits, 4);
   EXPECT_EQ(c.w.group, 0);
   EXPECT_EQ(c.a.bits, 8);
@@ -48,20 +48,20 @@ TEST(SimConfig, PresetsAndJson) {
   EXPECT_EQ(j.at("activations").at("granularity"), "per_token");
   EXPECT_EQ(j.at("kv").at("granularity"), "per_head");
   EXPECT_EQ(c.describe(), "W4 per-channel sym | A8 dynamic per-token sym | KV4 dynamic per-head sym");
-  const SimConfig g = SimConfig::from_preset("w4a16g128");
+  const Recipe g = Recipe::from_preset("w4a16g128");
   EXPECT_EQ(g.w.group, 128);
   EXPECT_EQ(g.to_json().at("weights").at("group_size"), 128);
   EXPECT_EQ(g.to_json().at("activations"), nlohmann::json({{"bits", 16}}));
 }
 
-TEST(SimConfig, ErrorsNameTheFlag) {
+TEST(Recipe, ErrorsNameTheFlag) {
   EXPECT_NE(error_of([] { parse_bits("--w-bits", 1); }).find("--w-bits"), std::string::npos);
   EXPECT_NE(error_of([] { parse_bits("--kv-bits", 9); }).find("--kv-bits"), std::string::npos);
   EXPECT_EQ(parse_bits("--a-bits", 16), 16);
-  EXPECT_NE(error_of([] { SimConfig::from_preset("w3a3"); }).find("--preset"), std::string::npos);
+  EXPECT_NE(error_of([] { Recipe::from_preset("w3a3"); }).find("--preset"), std::string::npos);
   EXPECT_NE(error_of([] { parse_act_mode("minmax"); }).find("--a-quant"), std::string::npos);
   EXPECT_NE(error_of([] { parse_kv_granularity("channel"); }).find("--kv-gran"), std::string::npos);
-  SimConfig c = SimConfig::from_preset("w8a8");
+  Recipe c = Recipe::from_preset("w8a8");
   c.a.mode = parse_act_mode("static");  // a valid configuration; it needs calibration data
   EXPECT_NO_THROW(c.validate());
   const std::string e = error_of([&] { build_sim(stories(), c, {}); });
@@ -69,7 +69,7 @@ TEST(SimConfig, ErrorsNameTheFlag) {
   EXPECT_NE(e.find("--calib"), std::string::npos) << e;
   Forward f(stories(), 8);  // the dynamic-only attach cannot place calibrated scales
   EXPECT_NE(error_of([&] { attach(f, c); }).find("--a-quant"), std::string::npos);
-  c = SimConfig::from_preset("w8a8");
+  c = Recipe::from_preset("w8a8");
   c.a.alpha = 1.5f;
   EXPECT_NE(error_of([&] { c.validate(); }).find("--a-alpha"), std::string::npos);
   c.a.alpha = 0.15f;
@@ -83,7 +83,7 @@ TEST(Sim, OffIsBitIdentical) {
   const auto toks = prompt(40);
   Forward ref(stories(), 64);
   const auto want = logits_of(ref, toks);
-  SimConfig off;  // all bits 16; modes set to non-defaults to show they are inert when off
+  Recipe off;  // all bits 16; modes set to non-defaults to show they are inert when off
   off.a.mode = ActMode::Cross;
   off.kv.granularity = KvGranularity::Token;
   const auto m = fake_quantize_weights(stories(), off);
@@ -106,7 +106,7 @@ TEST(Sim, OffIsBitIdentical) {
 TEST(Sim, WeightFakeQuantIsTheLibraryQuantizer) {
   for (const char* preset : {"w4a16", "w8a8"}) {
     for (bool sym : {true, false}) {
-      SimConfig c = SimConfig::from_preset(preset);
+      Recipe c = Recipe::from_preset(preset);
       c.w.symmetric = sym;
       const auto q = fake_quantize_weights(stories(), c);
       ASSERT_NE(q.get(), stories().get());
@@ -140,7 +140,7 @@ TEST(Sim, WeightFakeQuantIsTheLibraryQuantizer) {
 // 172 = 5·32 + 12) is PerGroup on the first 160 columns and one more group of 12 per row; a group
 // >= in is per channel.
 TEST(Sim, WeightGroups) {
-  SimConfig c = SimConfig::from_preset("w4a16");
+  Recipe c = Recipe::from_preset("w4a16");
   c.w.group = 32;
   const auto q = fake_quantize_weights(stories(), c);
   const LayerWeights& a = stories()->weights().layers[2];
@@ -182,7 +182,7 @@ TEST(Sim, WeightGroups) {
 // KV 4-bit per head: every cached K (and V) row takes at most 2^4 distinct values per head, and
 // the cache differs from the fp one (the hook really ran).
 TEST(Sim, KvPerHeadHasAtMost16LevelsPerHead) {
-  SimConfig c;
+  Recipe c;
   c.kv.bits = 4;
   c.kv.granularity = KvGranularity::Head;
   const auto toks = prompt(24);
@@ -209,7 +209,7 @@ TEST(Sim, KvPerHeadHasAtMost16LevelsPerHead) {
 // A4 per-token: an observer registered after attach() sees at most 16 distinct values per row at
 // every linear-layer input (hooks run in registration order).
 TEST(Sim, ActivationsPerTokenLevels) {
-  SimConfig c;
+  Recipe c;
   c.a.bits = 4;
   Forward f(stories(), 32);
   EXPECT_EQ(attach(f, c).size(), 4u * size_t(stories()->config().num_layers));
@@ -227,10 +227,10 @@ TEST(Sim, ActivationsPerTokenLevels) {
 // forward pass agrees with the dynamic mode; α = 0.15 differs.
 TEST(Sim, CrossAlphaOneIsPerToken) {
   const auto toks = prompt(30);
-  SimConfig d = SimConfig::from_preset("w8a8");
+  Recipe d = Recipe::from_preset("w8a8");
   Forward fd(fake_quantize_weights(stories(), d), 32);
   attach(fd, d);
-  SimConfig x = d;
+  Recipe x = d;
   x.a.mode = ActMode::Cross;
   x.a.alpha = 1.0f;
   Forward fx(fake_quantize_weights(stories(), x), 32);

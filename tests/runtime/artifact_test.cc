@@ -49,7 +49,7 @@ std::vector<float> logits(const QuantizedModel& qm, const std::vector<int32_t>& 
   return {l.begin(), l.end()};
 }
 
-QuantizedModel quantize(std::shared_ptr<const Model> base, quant::SimConfig c, std::optional<DType> fp = {}) {
+QuantizedModel quantize(std::shared_ptr<const Model> base, quant::Recipe c, std::optional<DType> fp = {}) {
   const std::vector<std::vector<int32_t>> calib = {prompt(24, 1), prompt(24, 2)};
   c.calib.weight_rows = 16;
   const quant::SimModel sim = quant::build_sim(base, c, c.needs_calibration() ? calib : decltype(calib){});
@@ -57,8 +57,8 @@ QuantizedModel quantize(std::shared_ptr<const Model> base, quant::SimConfig c, s
   o.fp_dtype = fp;
   return build_quantized(sim, o);
 }
-quant::SimConfig config(const char* preset, bool rotate = false) {
-  quant::SimConfig c = quant::SimConfig::from_preset(preset);
+quant::Recipe config(const char* preset, bool rotate = false) {
+  quant::Recipe c = quant::Recipe::from_preset(preset);
   c.rotate.on = rotate;
   c.rotate.seed = 11;
   return c;
@@ -81,29 +81,44 @@ TEST(Artifact, RoundTripIsBitExact) {
   struct Case {
     const char* name;
     std::string dir;
-    quant::SimConfig cfg;
+    quant::Recipe cfg;
     std::optional<DType> fp;
     bool prefix;
   };
-  quant::SimConfig g32asym = config("w8a8");
+  quant::Recipe g32asym = config("w8a8");
   g32asym.w.bits = 4;
   g32asym.w.group = 32;
   g32asym.w.symmetric = false;
-  quant::SimConfig a4static = config("w8a8", true);
+  quant::Recipe a4static = config("w8a8", true);
   a4static.w.bits = 4;
   a4static.w.clip_grid = true;
   a4static.a.bits = 4;
   a4static.a.mode = quant::ActMode::Static;
-  quant::SimConfig kv4 = config("w4a8kv4", true);
-  quant::SimConfig kv8s = config("w8a8kv8");
+  quant::Recipe kv4 = config("w4a8kv4", true);
+  quant::Recipe kv8s = config("w8a8kv8");
   kv8s.a.mode = quant::ActMode::Static;
   kv8s.kv.mode = quant::KvMode::Static;
   kv8s.kv.symmetric = false;
-  quant::SimConfig g128 = config("w8a8", true);
+  quant::Recipe g128 = config("w8a8", true);
   g128.w.bits = 4;
   g128.w.group = 128;
+  // Mixed precision (recipe.h weight rules): down_proj of the first and last layer at 8 bits,
+  // q_proj in asymmetric groups of 128, over W4 g32 sym.
+  quant::Recipe mixed = config("w8a8", true);
+  mixed.w.bits = 4;
+  mixed.w.group = 32;
+  quant::WeightRule down8, q128;
+  down8.layers = {0, -1};
+  down8.roles = 1u << int(LinearRole::Down);
+  down8.bits = 8;
+  down8.group = 0;
+  q128.roles = 1u << int(LinearRole::Q);
+  q128.group = 128;
+  q128.symmetric = false;
+  mixed.weight_rules = {down8, q128};
   const std::vector<Case> cases = {
       {"stories w8a8", model_dir("stories260K"), config("w8a8"), std::nullopt, false},
+      {"tiny-qwen2 mixed precision rotated", tiny_dir(), mixed, std::nullopt, false},
       {"stories w8a8 f16 + prefix", model_dir("stories260K"), config("w8a8"), DType::F16, true},
       {"stories w4a4 static rotated bf16", model_dir("stories260K"), a4static, DType::BF16, false},
       {"tiny-qwen2 w4a8 g32 asym", tiny_dir(), g32asym, std::nullopt, false},
@@ -149,9 +164,9 @@ TEST(Artifact, RoundTripIsBitExact) {
     EXPECT_TRUE(fs::exists(out + "/tokenizer.json") || fs::exists(out + "/tokenizer.model"));
     const json r = json::parse(read_file(out + "/sinkq_recipe.json"));
     EXPECT_EQ(r.at("format_version"), kArtifactFormatVersion);
-    EXPECT_EQ(r.at("rotation").at("on"), c.cfg.rotate.on);
+    EXPECT_EQ(r.at("recipe").at("rotation").at("on"), c.cfg.rotate.on);
     EXPECT_EQ(r.at("source").at("config_fnv1a64"), fnv1a64_file(c.dir + "/config.json"));
-    EXPECT_TRUE(r.at("sim").contains("weights"));
+    EXPECT_TRUE(r.at("recipe").contains("weights"));
     EXPECT_EQ(r.at("tensors").size(), SafetensorsFile::open(out + "/model.safetensors", true)->tensors().size());
   }
 }
@@ -256,16 +271,22 @@ TEST(Artifact, CorruptionIsACleanError) {
     return error_of([&] { load_artifact(d); });
   };
   const std::string q = "model.layers.0.self_attn.q_proj";
-  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r.erase("runtime"); }); }),
-              HasSubstr("sinkq_recipe.json: field 'runtime': missing"));
-  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["runtime"]["weights"]["bits"] = "8"; }); }),
-              HasSubstr("sinkq_recipe.json: field 'runtime.weights.bits': must be an integer"));
-  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["runtime"]["weights"]["bits"] = 3; }); }),
-              HasSubstr("sinkq_recipe.json: field 'runtime': 3-bit weights cannot run"));
-  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["format_version"] = 2; }); }),
-              HasSubstr("field 'format_version': 2 is not supported"));
-  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["rotation"].erase("seed"); }); }),
-              HasSubstr("field 'rotation.seed': missing"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r.erase("recipe"); }); }),
+              HasSubstr("sinkq_recipe.json: field 'recipe': missing"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"]["bits"] = "8"; }); }),
+              HasSubstr("sinkq_recipe.json: field 'recipe.weights.bits': must be an integer"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"]["bits"] = 3; }); }),
+              HasSubstr("sinkq_recipe.json: field 'recipe': 3-bit weights cannot run"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["format_version"] = 1; }); }),
+              HasSubstr("field 'format_version': 1 is not supported (this sinkq reads version 2)"));
+  // A recipe field dropped by hand is not a silent default: the recipe must read back to itself.
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"].erase("symmetric"); }); }),
+              HasSubstr("field 'recipe.weights.symmetric': not as this recipe writes it"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"]["bitz"] = 8; }); }),
+              HasSubstr("field 'recipe.weights.bitz': unknown key"));
+  // Flipping what the packed tensors were made with is caught by the tensors' layout.
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"]["bits"] = 4; }); }),
+              HasSubstr("does not match the recipe's weights"));
   EXPECT_THAT(err([](const std::string& d) { write_file_atomic(d + "/sinkq_recipe.json", "{"); }),
               HasSubstr("sinkq_recipe.json: not valid JSON"));
   // Tensors and metadata.
@@ -321,7 +342,7 @@ TEST(Artifact, SizesAgainstFp16) {
     const auto base = load(name);
     const double fp16 = 2.0 * double(base->weights().parameter_count());
     for (const char* preset : {"w8a8", "w4a8"}) {
-      quant::SimConfig c = config("w8a8");
+      quant::Recipe c = config("w8a8");
       if (std::string(preset) == "w4a8") c.w.bits = 4;
       for (std::optional<DType> fp : {std::optional<DType>{}, std::optional<DType>{DType::F16}}) {
         testing::TempDir tmp;

@@ -87,8 +87,8 @@ const Scheme kSchemes[] = {
     {"kv8 static tensor asym", 8, quant::KvMode::Static, quant::KvGranularity::Tensor, false},
 };
 
-quant::SimConfig sim_config(const Scheme& s) {
-  quant::SimConfig c;
+quant::Recipe sim_config(const Scheme& s) {
+  quant::Recipe c;
   c.kv.bits = s.bits;
   c.kv.mode = s.mode;
   c.kv.granularity = s.gran;
@@ -172,7 +172,7 @@ struct RunResult {
 
 RunResult run_pair(const std::shared_ptr<const Model>& m, const Scheme& s, std::shared_ptr<const KvPrefix> prefix) {
   const int64_t ctx = kPrefill + kDecode;
-  const quant::SimConfig cfg = sim_config(s);
+  const quant::Recipe cfg = sim_config(s);
   const std::vector<int32_t> toks = prompt(kPrefill + kDecode);
   std::vector<quant::StaticQuant> statics;
   if (s.mode == quant::KvMode::Static) statics = calibrate(m, s, prompt(kPrefill + kDecode, 5));
@@ -272,7 +272,7 @@ TEST(PackedKv, MemoryResetAndDefaultPath) {
 TEST(PackedKv, ChunkedPrefillMatchesSimulator) {
   const auto m = stories();
   const Scheme s = kSchemes[2];  // kv4 dynamic per-head asym
-  const quant::SimConfig cfg = sim_config(s);
+  const quant::Recipe cfg = sim_config(s);
   const auto toks = prompt(100);
   Forward sim(m, 128, /*max_batch=*/16), packed(m, 128, /*max_batch=*/16);
   Forcing forcing;
@@ -297,7 +297,7 @@ TEST(PackedKv, ChunkedPrefillMatchesSimulator) {
 TEST(PackedKv, RotatedModelMatchesSimulator) {
   for (const NamedModel& nm : {kModels[0], kModels[2]}) {
     SCOPED_TRACE(nm.name);
-    quant::SimConfig cfg = sim_config(kSchemes[1]);  // kv4 dynamic per-head sym
+    quant::Recipe cfg = sim_config(kSchemes[1]);  // kv4 dynamic per-head sym
     cfg.rotate.on = true;
     cfg.rotate.seed = 3;
     const quant::SimModel sm = quant::build_sim(nm.get(), cfg, {});

@@ -190,7 +190,7 @@ constexpr Site kForced[] = {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn, 
 void attach_recording(const quant::SimModel& sim, Forward& f, Forcing* forcing) {
   quant::attach_online_rotation(f, sim.cfg.rotate);
   if (forcing) forcing->record(f);
-  quant::SimConfig dyn = sim.cfg;
+  quant::Recipe dyn = sim.cfg;
   dyn.rotate.on = false;
   if (dyn.kv.mode == quant::KvMode::Static) dyn.kv.bits = quant::kBitsOff;
   if (dyn.a.mode == quant::ActMode::Static) dyn.a.bits = quant::kBitsOff;
@@ -250,7 +250,7 @@ TEST(QuantizedModel, MatchesSimulator) {
     for (const Case& c : kCases) {
       for (bool rotate : {false, true}) {
         SCOPED_TRACE(fmt::format("{} {} rotate {}", mname, c.name, rotate));
-        quant::SimConfig sc;
+        quant::Recipe sc;
         sc.w.bits = c.wbits;
         sc.w.group = c.group;
         sc.w.clip_grid = c.clip_grid;
@@ -277,13 +277,53 @@ TEST(QuantizedModel, MatchesSimulator) {
   }
 }
 
+// Mixed precision (recipe.h weight rules) on both models: every matrix packed in its own rule's
+// format, and the packed model = the simulator teacher-forced within kTol.
+TEST(QuantizedModel, WeightRulesMatchSimulator) {
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(32, 1)};
+  for (auto get : {stories, tiny}) {
+    const auto base = get();
+    const int L = base->config().num_layers;
+    quant::Recipe sc = quant::Recipe::from_preset("w4a8kv4");
+    sc.w.clip_grid = true;
+    sc.calib.weight_rows = 32;
+    quant::WeightRule down8, first8, qk;
+    down8.layers = {-1};
+    down8.roles = 1u << int(LinearRole::Down);
+    down8.bits = 8;
+    first8.layers = {0};
+    first8.bits = 8;
+    first8.group = 0;
+    first8.symmetric = true;
+    first8.clip = 0.95f;  // a fixed ratio instead of the grid for the whole first layer
+    qk.roles = (1u << int(LinearRole::Q)) | (1u << int(LinearRole::K));
+    qk.group = 32;
+    qk.symmetric = false;
+    sc.weight_rules = {down8, qk, first8};  // later rules win: layer 0 is W8 per-channel throughout
+    const quant::SimModel sim = quant::build_sim(base, sc, calib);
+    const QuantizedModel qm = build_quantized(sim);
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < kNumLinearRoles; ++i) {
+        const auto* pl = dynamic_cast<const PackedLinear*>(qm.model->weights().layers[size_t(l)].impl_of(i).get());
+        ASSERT_NE(pl, nullptr);
+        const quant::WeightSim ws = sc.weights(l, i, L);
+        const lowbit::PackedFormat want = ws.bits == 8                                    ? lowbit::PackedFormat::W8_PerRow
+                                          : i == int(LinearRole::Q) || i == int(LinearRole::K) ? lowbit::PackedFormat::W4_G32_Asym
+                                                                                           : lowbit::PackedFormat::W4_PerRow;
+        EXPECT_EQ(pl->blocks().at(0).w.format, want) << "layer " << l << " " << kLinearRoles[i].name;
+      }
+    expect_packed_matches_sim(sim, qm, toks, fmt::format("{} weight rules", base->config().num_layers));
+  }
+}
+
 // The real sink model (SmolLM2 from its GGUF file, 30 layers, GQA 3:1, a token at 2,000x the
 // median at layer 11): packed W8A8 = the simulator within kTol teacher-forced, at every linear input
 // and at the logits. Free-running the two drift apart after the first flipped code (printed).
 TEST(QuantizedModel, MatchesSimulatorOnSmolLM2) {
   const auto smol = Model::load(testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf");
   const auto toks = prompt(kTokens);
-  quant::SimConfig sc;
+  quant::Recipe sc;
   sc.w.bits = 8;
   sc.a.bits = 8;
   const quant::SimModel sim = quant::build_sim(smol, sc, {});
@@ -302,7 +342,7 @@ TEST(QuantizedModel, PrefixQuantPresetsMatchSimulatorOnSmolLM2) {
   const std::vector<std::vector<int32_t>> calib = {prompt(24, 3)};
   for (const char* preset : {"prefixquant-w4a4kv4", "prefixquant-w8a8kv8"}) {
     SCOPED_TRACE(preset);
-    quant::SimConfig sc = quant::SimConfig::from_preset(preset);
+    quant::Recipe sc = quant::Recipe::from_preset(preset);
     sc.calib.weight_rows = 24;
     sc.calib.grid = {1.0f, 0.9f, 0.8f};
     sc.prefix.spec = "bos";
@@ -318,7 +358,7 @@ TEST(QuantizedModel, PrefixQuantPresetsMatchSimulatorOnSmolLM2) {
 }
 
 TEST(QuantizedModel, FpDtypeRoundsEmbeddings) {
-  quant::SimConfig sc = quant::SimConfig::from_preset("w8a8");
+  quant::Recipe sc = quant::Recipe::from_preset("w8a8");
   sc.rotate.on = true;
   const quant::SimModel sim = quant::build_sim(stories(), sc, {});
   QuantizeOptions o;
@@ -339,12 +379,12 @@ TEST(QuantizedModel, FpDtypeRoundsEmbeddings) {
 
 TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
   auto err = [](const char* preset, auto edit) {
-    quant::SimConfig c = quant::SimConfig::from_preset(preset);
+    quant::Recipe c = quant::Recipe::from_preset(preset);
     edit(c);
     const quant::SimModel sim = quant::build_sim(stories(), c, {});
     return error_of([&] { build_quantized(sim); });
   };
-  auto none = [](quant::SimConfig&) {};
+  auto none = [](quant::Recipe&) {};
   EXPECT_THAT(err("w4a16", none), HasSubstr("weight-only quantization (W4A16, fp32 activations) cannot run"));
   EXPECT_THAT(err("fp16", none), HasSubstr("unquantized weights (--w-bits 16) cannot run on the packed runtime"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.a.mode = quant::ActMode::Cross; }),

@@ -75,8 +75,8 @@ const Scheme kSchemes[] = {
     {"w8a4", 8, 0, true, 4},           {"w4a8_g32_asym", 4, 32, false, 8},
 };
 
-quant::SimConfig sim_config(const Scheme& s) {
-  quant::SimConfig c;
+quant::Recipe sim_config(const Scheme& s) {
+  quant::Recipe c;
   c.w.bits = s.wbits;
   c.w.group = s.group;
   c.w.symmetric = s.wsym;
@@ -110,7 +110,7 @@ TEST(Runtime, DynamicMatchesSimulator) {
                     HasSubstr("which no packed format stores"));
         continue;
       }
-      const quant::SimConfig sc = sim_config(s);
+      const quant::Recipe sc = sim_config(s);
       Forward sim(quant::fake_quantize_weights(nm.get(), sc), kTokens);
       Forcing forcing;
       forcing.record(sim);
@@ -165,7 +165,7 @@ TEST(Runtime, StaticMatchesSimulatorHook) {
       SCOPED_TRACE(std::string(nm.name) + " " + s.name + " static");
       const Statics st = calibrate(nm.get(), s.abits, prompt(kTokens / 2));
       ASSERT_EQ(st.scales.size(), size_t(4 * nm.get()->config().num_layers));
-      quant::SimConfig sc = sim_config(s);
+      quant::Recipe sc = sim_config(s);
       sc.a.bits = quant::kBitsOff;
       Forward sim(quant::fake_quantize_weights(nm.get(), sc), kTokens);
       Forcing forcing;

@@ -1,4 +1,4 @@
-// sinkq/quant/quantizer.cc — see quantizer.h for the definitions; docs/quant.md for the reasons.
+// sinkq/formats/quantizer.cc — see quantizer.h for the definitions; docs/quant.md for the reasons.
 #include "formats/quantizer.h"
 
 #include <fmt/format.h>
@@ -249,8 +249,8 @@ void dequantize(const QuantSpec& spec, const Params& p, const int8_t* q, int64_t
   const int off = code_offset(spec);
   for_each_block(p, rows, [&](int64_t i, int64_t j0, int64_t j1, int64_t k) {
     const float s = p.scale[size_t(k)];
-    const int z = spec.symmetric ? 0 : p.zero[size_t(k)];
-    for (int64_t j = j0; j < j1; ++j) x[i * cols + j] = float(int(q[i * cols + j]) + off - z) * s;
+    const int zc = (spec.symmetric ? 0 : p.zero[size_t(k)]) - off;
+    for (int64_t j = j0; j < j1; ++j) x[i * cols + j] = formats::uniform::decode(q[i * cols + j], zc, s);
   });
 }
 

@@ -29,23 +29,12 @@
 #include <string_view>
 #include <vector>
 
+#include "formats/granularity.h"
+#include "formats/uniform_int.h"
+
 namespace sinkq::quant {
 
-// Which elements of X[rows, cols] share one (scale, zero point). "Channel" is deliberately not a
-// name here: a weight's channel is a row (output channel) but an activation's channel is a column.
-enum class Granularity : uint8_t {
-  PerTensor,      // all elements                          params [1, 1]
-  PerRow,         // row i                                  params [rows, 1]
-                  //   weights: per output channel; activations: per token
-  PerColumn,      // column j, all rows                     params [1, cols]
-                  //   activations: per channel (e.g. KVQuant's per-channel Keys)
-  PerGroup,       // row i, columns [g·G, (g+1)·G), G = group_size     params [rows, cols/G]
-                  //   weights: "g128" group-wise quantization along the input dimension
-  PerHead,        // row i, columns of head h (G = head_dim)            params [rows, cols/head_dim]
-                  //   per-token-per-head (dynamic KV cache quantization)
-  PerHeadShared,  // columns of head h, all rows                        params [1, cols/head_dim]
-                  //   one scale per head for every token (PrefixQuant's static per-head KV)
-};
+// Granularity (which elements share one scale / zero point): formats/granularity.h.
 
 std::string_view granularity_name(Granularity g);
 // Accepts the names above in snake_case ("per_tensor", "per_row", ...) and the aliases
@@ -144,27 +133,12 @@ double kernel_fraction(const QuantSpec& spec, const Params& p, const float* x, i
                        int64_t cols);
 
 namespace detail {
-// Round half to even for |v| <= 2^22, in the default FE_TONEAREST mode: adding 1.5·2^23 moves v
-// into [2^23, 2^24) where the fp32 spacing is exactly 1, so the addition itself rounds v to an
-// integer with ties to even; subtracting is then exact. Same result as std::nearbyint (tested),
-// but branch-free and vectorizable; it must not be compiled with -ffast-math (reassociation).
-inline float rne_small(float v) {
-  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23
-  return (v + kMagic) - kMagic;
-}
+// The scalar reference of one element (rne_small, level): formats/uniform_int.h.
+using formats::uniform::level;
+using formats::uniform::rne_small;
 // The zero guard of every scale: 0, subnormal or NaN scales become FLT_MIN (so x / s is never
 // 0/0; an all-zero group still quantizes to exact zeros).
 inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
-// One element: clamp(rne(x / s) + z, qlo, qhi) with the clamp done before rounding on integer
-// bounds lo = qlo - z, hi = qhi - z (identical result: rne is monotone and the bounds are
-// integers; it keeps |v| small for rne_small and maps NaN to the lowest code).
-// Returns q - z, the signed level: x̂ = s · level.
-inline float level(float x, float s, float lo, float hi) {
-  float v = x / s;
-  v = v > lo ? v : lo;  // NaN compares false -> lo (same as fmax, but maps to one maxps)
-  v = v < hi ? v : hi;
-  return rne_small(v);
-}
 }  // namespace detail
 
 }  // namespace sinkq::quant

@@ -1,4 +1,5 @@
-// sinkq/lowbit/formats.cc — format lookup and the scalar pack / unpack of PackedTensor.
+// sinkq/lowbit/formats.cc — format lookup and the scalar pack / unpack / dequantize of PackedTensor
+// (through the codebook rows of formats/packed_format.h).
 #include "lowbit/formats.h"
 
 #include <string>
@@ -11,31 +12,31 @@ namespace {
 
 std::string all_names() {
   std::string s;
-  for (const FormatTraits& t : kFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  for (const FormatDesc& t : kFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
   return s;
 }
 
 // Number of parameter rows: per-tensor activations share one scale.
-int64_t param_rows(const FormatTraits& t, int64_t rows) {
+int64_t param_rows(const FormatDesc& t, int64_t rows) {
   return t.granularity == quant::Granularity::PerTensor ? 1 : rows;
 }
 
 }  // namespace
 
-const FormatTraits& traits(PackedFormat f) {
-  const FormatTraits* t = detail::find(f);
+const FormatDesc& traits(PackedFormat f) {
+  const FormatDesc* t = formats::find_format(f);
   SINKQ_CHECK(t != nullptr, "lowbit: {} is not a packed format (expected one of {})", int(f), all_names());
   return *t;
 }
 
 PackedFormat parse_format(std::string_view name) {
-  for (const FormatTraits& t : kFormats)
+  for (const FormatDesc& t : kFormats)
     if (t.name == name) return t.format;
   fail("lowbit: unknown packed format '{}' (expected one of {})", name, all_names());
 }
 
 quant::QuantSpec quant_spec(PackedFormat f, float clip_ratio) {
-  const FormatTraits& t = traits(f);
+  const FormatDesc& t = traits(f);
   quant::QuantSpec s;
   s.bits = t.bits;
   s.symmetric = t.symmetric;
@@ -46,12 +47,12 @@ quant::QuantSpec quant_spec(PackedFormat f, float clip_ratio) {
 }
 
 int64_t PackedTensor::groups() const {
-  const FormatTraits& t = info();
+  const FormatDesc& t = info();
   return t.group > 0 ? cols / t.group : 1;
 }
 
 PackedTensor pack(PackedFormat f, const int8_t* q, const quant::Params& p, int64_t rows, int64_t cols) {
-  const FormatTraits& t = traits(f);
+  const FormatDesc& t = traits(f);
   const quant::QuantSpec spec = quant_spec(f);
   quant::validate(spec, rows, cols);
   SINKQ_CHECK(p.bits == t.bits && p.symmetric == t.symmetric && p.granularity == t.granularity,
@@ -79,45 +80,33 @@ PackedTensor pack(PackedFormat f, const int8_t* q, const quant::Params& p, int64
       out.zeros[i] = uint8_t(p.zero[i]);
     }
   }
-  const int lo = -(1 << (t.bits - 1)), hi = (1 << (t.bits - 1)) - 1;  // stored codes, every mode
+  const int lo = formats::uniform::code_min(t.bits), hi = formats::uniform::code_max(t.bits);  // every mode
   const int64_t rb = row_bytes(t, cols);
+  const formats::CodebookRows& cb = formats::codebook_rows(t.codebook);
   out.codes.assign(size_t(rows * rb), 0);
   for (int64_t i = 0; i < rows; ++i) {
     const int8_t* src = q + i * cols;
-    uint8_t* dst = out.codes.data() + i * rb;
     for (int64_t j = 0; j < cols; ++j)
       SINKQ_CHECK(src[j] >= lo && src[j] <= hi, "lowbit pack: code {} at row {}, col {} outside [{}, {}] ({})",
                   int(src[j]), i, j, lo, hi, t.name);
-    if (t.bits == 8) {
-      for (int64_t j = 0; j < cols; ++j) dst[j] = uint8_t(src[j]);
-    } else {
-      for (int64_t j = 0; j < cols; j += 2)
-        dst[j / 2] = detail::pack_nibbles(src[j], j + 1 < cols ? src[j + 1] : 0);
-    }
+    cb.pack(src, cols, t.bits, out.codes.data() + i * rb);
   }
   return out;
 }
 
 std::vector<int8_t> unpack_codes(const PackedTensor& pt) {
-  const FormatTraits& t = pt.info();
+  const FormatDesc& t = pt.info();
   const int64_t rb = row_bytes(t, pt.cols);
   SINKQ_CHECK(pt.codes.size() == size_t(pt.rows * rb), "lowbit: {} tensor [{}, {}] has {} code bytes, expected {}",
               t.name, pt.rows, pt.cols, pt.codes.size(), pt.rows * rb);
+  const formats::CodebookRows& cb = formats::codebook_rows(t.codebook);
   std::vector<int8_t> q(size_t(pt.rows * pt.cols));
-  for (int64_t i = 0; i < pt.rows; ++i) {
-    const uint8_t* src = pt.codes.data() + i * rb;
-    int8_t* dst = q.data() + i * pt.cols;
-    if (t.bits == 8) {
-      for (int64_t j = 0; j < pt.cols; ++j) dst[j] = int8_t(src[j]);
-    } else {
-      for (int64_t j = 0; j < pt.cols; ++j) dst[j] = detail::nibble_code(src[j / 2], j % 2 == 1);
-    }
-  }
+  for (int64_t i = 0; i < pt.rows; ++i) cb.unpack(pt.codes.data() + i * rb, pt.cols, t.bits, q.data() + i * pt.cols);
   return q;
 }
 
 quant::Params params_of(const PackedTensor& pt) {
-  const FormatTraits& t = pt.info();
+  const FormatDesc& t = pt.info();
   quant::Params p;
   p.granularity = t.granularity;
   p.bits = t.bits;
@@ -134,9 +123,24 @@ quant::Params params_of(const PackedTensor& pt) {
   return p;
 }
 
-void dequantize(const PackedTensor& t, float* out) {
-  const std::vector<int8_t> q = unpack_codes(t);
-  quant::dequantize(quant_spec(t.format), params_of(t), q.data(), t.rows, t.cols, out);
+void dequantize(const PackedTensor& pt, float* out) {
+  const FormatDesc& t = pt.info();
+  const quant::Params p = params_of(pt);  // checks the parameter counts
+  const int64_t rb = row_bytes(t, pt.cols);
+  SINKQ_CHECK(pt.codes.size() == size_t(pt.rows * rb), "lowbit: {} tensor [{}, {}] has {} code bytes, expected {}",
+              t.name, pt.rows, pt.cols, pt.codes.size(), pt.rows * rb);
+  // One (scale, zero) per span of col_block columns; spans start on a byte boundary (groups of
+  // 32k columns, or whole rows).
+  const formats::CodebookRows& cb = formats::codebook_rows(t.codebook);
+  const int off = formats::uniform::code_offset(t.bits, t.symmetric);
+  const int64_t span_bytes = p.col_block * t.bits / 8;
+  for (int64_t i = 0; i < pt.rows; ++i)
+    for (int64_t g = 0; g < p.pcol; ++g) {
+      const size_t k = size_t((p.prow == 1 ? 0 : i) * p.pcol + g);
+      const int zc = (t.symmetric ? 0 : int(pt.zeros[k])) - off;
+      cb.dequantize(pt.codes.data() + i * rb + g * span_bytes, p.col_block, t.bits, zc, pt.scales[k],
+                    out + i * pt.cols + g * p.col_block);
+    }
 }
 
 PackedTensor quantize(PackedFormat f, const float* x, int64_t rows, int64_t cols, float clip_ratio) {
@@ -152,25 +156,25 @@ PackedTensor quantize(PackedFormat f, const float* x, int64_t rows, int64_t cols
 namespace {
 std::string all_kv_names() {
   std::string s;
-  for (const KvFormatTraits& t : kKvFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
+  for (const FormatDesc& t : kKvFormats) s += (s.empty() ? "" : ", ") + std::string(t.name);
   return s;
 }
 }  // namespace
 
-const KvFormatTraits& kv_traits(PackedFormat f) {
-  const KvFormatTraits* t = detail::find_kv(f);
+const FormatDesc& kv_traits(PackedFormat f) {
+  const FormatDesc* t = formats::find_kv_format(f);
   SINKQ_CHECK(t != nullptr, "lowbit: {} is not a KV cache format (expected one of {})", int(f), all_kv_names());
   return *t;
 }
 
 PackedFormat parse_kv_format(std::string_view name) {
-  for (const KvFormatTraits& t : kKvFormats)
+  for (const FormatDesc& t : kKvFormats)
     if (t.name == name) return t.format;
   fail("lowbit: unknown KV cache format '{}' (expected one of {})", name, all_kv_names());
 }
 
 PackedFormat kv_format(int bits, bool symmetric, quant::Granularity g) {
-  for (const KvFormatTraits& t : kKvFormats)
+  for (const FormatDesc& t : kKvFormats)
     if (t.bits == bits && t.symmetric == symmetric && t.granularity == g) return t.format;
   fail("lowbit: no KV cache format stores int{} {} {} (KV formats: int8 / int4, sym or asym, per_head "
        "or per_row dynamic, per_head_shared or per_tensor static)",
@@ -178,7 +182,7 @@ PackedFormat kv_format(int bits, bool symmetric, quant::Granularity g) {
 }
 
 quant::QuantSpec kv_spec(PackedFormat f, int head_dim, float clip_ratio) {
-  const KvFormatTraits& t = kv_traits(f);
+  const FormatDesc& t = kv_traits(f);
   quant::QuantSpec s;
   s.bits = t.bits;
   s.symmetric = t.symmetric;
@@ -189,7 +193,7 @@ quant::QuantSpec kv_spec(PackedFormat f, int head_dim, float clip_ratio) {
   return s;
 }
 
-int64_t kv_param_count(const KvFormatTraits& t, int kv_heads, int64_t capacity) {
+int64_t kv_param_count(const FormatDesc& t, int kv_heads, int64_t capacity) {
   switch (t.granularity) {
     case quant::Granularity::PerHead: return capacity * kv_heads;
     case quant::Granularity::PerRow: return capacity;
@@ -199,9 +203,9 @@ int64_t kv_param_count(const KvFormatTraits& t, int kv_heads, int64_t capacity) 
 }
 
 int64_t kv_cache_bytes(PackedFormat f, int num_layers, int kv_heads, int head_dim, int64_t capacity) {
-  const KvFormatTraits& t = kv_traits(f);
+  const FormatDesc& t = kv_traits(f);
   const int64_t per = capacity * kv_row_bytes(t, int64_t(kv_heads) * head_dim) +
-                      kv_param_count(t, kv_heads, capacity) * t.param_bytes;
+                      kv_param_count(t, kv_heads, capacity) * t.param_bytes();
   return 2 * int64_t(num_layers) * per;
 }
 

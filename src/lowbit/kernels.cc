@@ -55,13 +55,13 @@ int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
 // Codes are integers and rne is the quantizer's rounding: refuse another rounding mode.
 void check_rounding_mode() { SINKQ_ASSERT(std::fegetround() == FE_TONEAREST); }
 
-int64_t param_rows(const FormatTraits& t, int64_t rows) {
+int64_t param_rows(const FormatDesc& t, int64_t rows) {
   return t.granularity == quant::Granularity::PerTensor ? 1 : rows;
 }
 
 // The arrays of an activation tensor fit its shape (x may come from anywhere).
 void check_activations(const PackedTensor& x, const char* who) {
-  const FormatTraits& t = x.info();
+  const FormatDesc& t = x.info();
   SINKQ_CHECK(t.role == Role::Activation, "lowbit {}: {} is a weight format, expected activations", who, t.name);
   SINKQ_CHECK(x.rows >= 0 && x.cols > 0 && x.codes.size() == size_t(x.rows * row_bytes(t, x.cols)) &&
                   x.scales.size() == size_t(param_rows(t, x.rows)) && x.zeros.empty(),
@@ -70,7 +70,7 @@ void check_activations(const PackedTensor& x, const char* who) {
 }
 
 // out sized for [tokens, cols] of format f (vectors keep their capacity across calls).
-void prepare(PackedTensor& out, const FormatTraits& t, int64_t tokens, int64_t cols) {
+void prepare(PackedTensor& out, const FormatDesc& t, int64_t tokens, int64_t cols) {
   out.format = t.format;
   out.rows = tokens;
   out.cols = cols;
@@ -92,7 +92,7 @@ std::string_view kernel_isa_name() {
 
 void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t cols, float clip_ratio,
                       PackedTensor& out) {
-  const FormatTraits& t = traits(f);
+  const FormatDesc& t = traits(f);
   SINKQ_CHECK(t.role == Role::Activation && t.granularity == quant::Granularity::PerRow,
               "lowbit quantize_dynamic: {} is not a per-token activation format", t.name);
   quant::validate(quant_spec(f, clip_ratio), tokens, cols);
@@ -145,7 +145,7 @@ void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t co
 
 void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t cols,
                      const quant::Params& p, PackedTensor& out) {
-  const FormatTraits& t = traits(f);
+  const FormatDesc& t = traits(f);
   SINKQ_CHECK(t.role == Role::Activation && t.granularity == quant::Granularity::PerTensor,
               "lowbit quantize_static: {} is not a per-tensor activation format", t.name);
   quant::validate(quant_spec(f), tokens, cols);
@@ -174,7 +174,7 @@ void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t col
 // ---- repack -------------------------------------------------------------------------------
 
 KernelWeights repack(const PackedTensor& w) {
-  const FormatTraits& t = w.info();
+  const FormatDesc& t = w.info();
   SINKQ_CHECK(t.role == Role::Weight, "lowbit repack: {} is an activation format, expected weights", t.name);
   SINKQ_CHECK(w.rows > 0 && w.cols > 0 && w.cols <= kMaxCols,
               "lowbit repack: {} weights [{}, {}]: need rows >= 1 and 1 <= cols <= {} (int32-exact accumulation)",
@@ -213,8 +213,8 @@ KernelWeights repack(const PackedTensor& w) {
 // ---- GEMM ---------------------------------------------------------------------------------
 
 void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, float* y) {
-  const FormatTraits& xt = x.info();
-  const FormatTraits& wt = traits(w.format);
+  const FormatDesc& xt = x.info();
+  const FormatDesc& wt = traits(w.format);
   check_activations(x, "gemm");
   SINKQ_CHECK(wt.role == Role::Weight, "lowbit gemm: {} is an activation format, expected weights", wt.name);
   const int step = wt.bits == 4 ? 8 : 4;
@@ -300,8 +300,8 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
 namespace ref {
 
 void gemm(const PackedTensor& x, const PackedTensor& w, const float* bias, float* y) {
-  const FormatTraits& xt = x.info();
-  const FormatTraits& wt = w.info();
+  const FormatDesc& xt = x.info();
+  const FormatDesc& wt = w.info();
   check_activations(x, "ref::gemm");
   SINKQ_CHECK(wt.role == Role::Weight, "lowbit ref::gemm: {} is an activation format, expected weights", wt.name);
   SINKQ_CHECK(x.cols == w.cols && w.cols <= kMaxCols, "lowbit ref::gemm: activations have {} features, weights {}",

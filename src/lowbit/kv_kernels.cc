@@ -35,14 +35,14 @@ std::string_view kv_isa_name() { return isa_name(active_isa()); }
 
 namespace {
 
-bool is_static(const KvFormatTraits& t) { return !t.dynamic; }
+bool is_static(const FormatDesc& t) { return !t.dynamic(); }
 
 // Scale entries per stored row (dynamic formats).
-int64_t per_row_entries(const KvFormatTraits& t, int kv_heads) {
+int64_t per_row_entries(const FormatDesc& t, int kv_heads) {
   return t.granularity == quant::Granularity::PerHead ? kv_heads : 1;
 }
 
-void check_static(const KvFormatTraits& t, const quant::Params& p, int kv_heads, int head_dim, int layer,
+void check_static(const FormatDesc& t, const quant::Params& p, int kv_heads, int head_dim, int layer,
                   const char* which) {
   const int64_t kv_dim = int64_t(kv_heads) * head_dim;
   const int64_t pcol = t.granularity == quant::Granularity::PerHeadShared ? kv_heads : 1;
@@ -64,7 +64,7 @@ void check_static(const KvFormatTraits& t, const quant::Params& p, int kv_heads,
 PackedKvCache::PackedKvCache(PackedFormat format, int num_layers, int kv_heads, int head_dim, int64_t capacity,
                              std::vector<quant::Params> static_k, std::vector<quant::Params> static_v)
     : format_(format), layers_(num_layers), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity) {
-  const KvFormatTraits& t = kv_traits(format);
+  const FormatDesc& t = kv_traits(format);
   SINKQ_CHECK(num_layers > 0 && kv_heads > 0 && head_dim > 0 && capacity >= 0,
               "packed KV: bad shape (layers {}, kv_heads {}, head_dim {}, capacity {})", num_layers, kv_heads,
               head_dim, capacity);
@@ -111,7 +111,7 @@ size_t PackedKvCache::bytes() const {
 }
 
 void PackedKvCache::store_part(Part& part, const quant::Params* fixed, int64_t row0, const float* x, int64_t T) {
-  const KvFormatTraits& t = info();
+  const FormatDesc& t = info();
   const quant::QuantSpec spec = kv_spec(format_, head_dim_);
   const int64_t C = kv_dim();
   quant::Params dyn;
@@ -121,15 +121,8 @@ void PackedKvCache::store_part(Part& part, const quant::Params* fixed, int64_t r
   q.resize(size_t(T * C));
   quant::quantize_to_int(spec, p, x, T, C, q.data());
   const int64_t rb = kv_row_bytes(t, C);
-  for (int64_t i = 0; i < T; ++i) {
-    const int8_t* src = q.data() + i * C;
-    uint8_t* dst = part.codes.data() + (row0 + i) * rb;
-    if (t.bits == 8) {
-      for (int64_t j = 0; j < C; ++j) dst[j] = uint8_t(src[j]);
-    } else {
-      for (int64_t j = 0; j < C; j += 2) dst[j / 2] = detail::pack_nibbles(src[j], src[j + 1]);
-    }
-  }
+  const formats::CodebookRows& cb = formats::codebook_rows(t.codebook);
+  for (int64_t i = 0; i < T; ++i) cb.pack(q.data() + i * C, C, t.bits, part.codes.data() + (row0 + i) * rb);
   if (fixed) return;
   const int64_t e = per_row_entries(t, kv_heads_);
   std::copy(p.scale.begin(), p.scale.end(), part.scales.begin() + row0 * e);
@@ -150,34 +143,36 @@ void PackedKvCache::dequantize(int layer, bool value, int64_t row0, int64_t n, f
   SINKQ_CHECK(layer >= 0 && layer < layers_ && row0 >= 0 && n >= 0 && row0 + n <= capacity_,
               "packed KV: dequantize of layer {} rows [{}, {}) is out of range", layer, row0, row0 + n);
   if (n == 0) return;
-  const KvFormatTraits& t = info();
+  const FormatDesc& t = info();
   const Part& part = parts_[size_t(2 * layer + (value ? 1 : 0))];
   const int64_t C = kv_dim(), rb = kv_row_bytes(t, C);
-  // The Params of these rows, then quant::dequantize itself (the one definition of x̂).
-  quant::Params p;
-  if (is_static(t)) {
-    p = static_[size_t(2 * layer + (value ? 1 : 0))];
-  } else {
-    const int64_t e = per_row_entries(t, kv_heads_);
-    p.granularity = t.granularity;
-    p.bits = t.bits;
-    p.symmetric = t.symmetric;
-    p.prow = n;
-    p.pcol = e;
-    p.col_block = C / e;
-    p.scale.assign(part.scales.begin() + row0 * e, part.scales.begin() + (row0 + n) * e);
-    if (!t.symmetric) p.zero.assign(part.zeros.begin() + row0 * e, part.zeros.begin() + (row0 + n) * e);
-  }
-  std::vector<int8_t> q(size_t(n * C));
+  // The codebook's dequantize row (the x̂ of quant::dequantize, formats/uniform_int.h) over each
+  // span that shares one (scale, zero): a head of a row, or the whole row.
+  const bool head = t.granularity == quant::Granularity::PerHead || t.granularity == quant::Granularity::PerHeadShared;
+  const int64_t e = head ? kv_heads_ : 1, span = C / e, span_bytes = span * t.bits / 8;
+  const quant::Params* fixed = is_static(t) ? &static_[size_t(2 * layer + (value ? 1 : 0))] : nullptr;
+  const formats::CodebookRows& cb = formats::codebook_rows(t.codebook);
+  const int off = formats::uniform::code_offset(t.bits, t.symmetric);
   for (int64_t i = 0; i < n; ++i)
-    for (int64_t j = 0; j < C; ++j)
-      q[size_t(i * C + j)] = int8_t(detail::kv_code(part.codes.data() + (row0 + i) * rb, int(j), t.bits));
-  quant::dequantize(kv_spec(format_, head_dim_), p, q.data(), n, C, out);
+    for (int64_t k = 0; k < e; ++k) {
+      float s = 0.0f;
+      int z = 0;
+      if (fixed) {
+        s = fixed->scale[size_t(k)];
+        if (!t.symmetric) z = fixed->zero[size_t(k)];
+      } else {
+        const size_t idx = size_t((row0 + i) * e + k);
+        s = part.scales[idx];
+        if (!t.symmetric) z = part.zeros[idx];
+      }
+      cb.dequantize(part.codes.data() + (row0 + i) * rb + k * span_bytes, span, t.bits, z - off, s,
+                    out + i * C + k * span);
+    }
 }
 
 KvRows PackedKvCache::rows(int layer, bool value, int head) const {
   SINKQ_ASSERT(layer >= 0 && layer < layers_ && head >= 0 && head < kv_heads_);
-  const KvFormatTraits& t = info();
+  const FormatDesc& t = info();
   const Part& part = parts_[size_t(2 * layer + (value ? 1 : 0))];
   KvRows r;
   r.bits = t.bits;

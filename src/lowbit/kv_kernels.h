@@ -1,4 +1,4 @@
-// sinkq/lowbit/kv_kernels.h — a KV cache body stored in a KV format (formats.h kKvFormats) and
+// sinkq/lowbit/kv_kernels.h — a KV cache body stored in a KV format (formats/packed_format.h kKvFormats) and
 // causal GQA attention over [fp32 prefix; int8 / int4 body].
 //
 // Store: new K rows (after RoPE) and V rows [T, kv_dim] fp32 are quantized with quant::
@@ -54,7 +54,7 @@ class PackedKvCache {
                 std::vector<quant::Params> static_k = {}, std::vector<quant::Params> static_v = {});
 
   PackedFormat format() const { return format_; }
-  const KvFormatTraits& info() const { return kv_traits(format_); }
+  const FormatDesc& info() const { return kv_traits(format_); }
   int num_layers() const { return layers_; }
   int kv_heads() const { return kv_heads_; }
   int head_dim() const { return head_dim_; }
@@ -103,9 +103,7 @@ namespace detail {
 // Largest head_dim the kernels take (their per-row accumulators live on the stack).
 inline constexpr int kKvMaxHeadDim = 512;
 // The stored int8 code of column d of a row slice (8-bit: one byte; 4-bit: a nibble).
-inline int kv_code(const uint8_t* row, int d, int bits) {
-  return bits == 8 ? int(int8_t(row[d])) : int(nibble_code(row[d / 2], (d & 1) != 0));
-}
+inline int kv_code(const uint8_t* row, int d, int bits) { return formats::uniform::code_at(row, d, bits); }
 // z - code_offset of row j (0 for symmetric formats): level l = c - kv_zc(r, j).
 inline int kv_zc(const KvRows& r, int64_t j) {
   return r.zero ? int(r.zero[j * r.ls]) - (1 << (r.bits - 1)) : 0;

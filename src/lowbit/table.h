@@ -65,7 +65,7 @@ struct LowbitTable {
   // max over k < n of the bit pattern of |x[k]| (0x7f800000 for inf, above for NaN).
   uint32_t (*absmax_bits)(const float* x, int64_t n);
   // q[k] = quant::detail::level(x[k], s, lo, hi) for k < n (lo = -2^(N-1), hi = 2^(N-1)-1); bits 8:
-  // one int8 per byte; bits 4: packed nibbles (formats.h), ceil(n/2) bytes. next: nullptr, or n
+  // one int8 per byte; bits 4: packed nibbles (formats/uniform_int.h), ceil(n/2) bytes. next: nullptr, or n
   // floats to prefetch into the cache while this row is quantized (the dynamic quantizer's next
   // token, so its abs-max pass does not wait for memory).
   void (*quantize_row)(const float* x, int64_t n, float s, int bits, uint8_t* q, const float* next);

@@ -10,7 +10,7 @@
 //     <linear>.zeros        U8  [rows, groups]     its zero points (asymmetric formats only)
 //     <linear>.tail.{codes,scales,zeros}           the ragged last group's block, when there is one
 //         <linear> = the HF name without ".weight", e.g. model.layers.0.self_attn.q_proj; the byte
-//         layout is lowbit/formats.h's planar layout (kernel interleaving is a repack at load time)
+//         layout is formats/packed_format.h's planar layout (kernel interleaving is a repack at load time)
 //     model.layers.<l>.<site>.act_scale  F32 [1]   static per-tensor activation scale (site =
 //                                                  attn_in | o_in | mlp_in | down_in)
 //     model.layers.<l>.{k,v}.kv_scale   F32 [n]    static KV params of that layer and site (n =

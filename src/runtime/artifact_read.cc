@@ -226,8 +226,8 @@ QuantizedModel load_artifact(const std::string& dir) {
             !e[2].is_number_integer())
           bad_meta(fmt::format("block {} must be [col0, cols, format], got {}", b, e.dump()));
         const int64_t fid = e[2].get<int64_t>();
-        const lowbit::FormatTraits* ft = nullptr;
-        for (const lowbit::FormatTraits& t : lowbit::kFormats)
+        const lowbit::FormatDesc* ft = nullptr;
+        for (const lowbit::FormatDesc& t : lowbit::kFormats)
           if (int64_t(t.format) == fid) ft = &t;
         if (!ft) bad_meta(fmt::format("block {}: unknown packed format value {}", b, fid));
         if (e[0].get<int64_t>() != layout[b].col0 || e[1].get<int64_t>() != layout[b].cols ||

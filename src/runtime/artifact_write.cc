@@ -74,7 +74,7 @@ struct TensorList {
 };
 
 void add_packed(TensorList& tl, const std::string& base, const PackedTensor& p) {
-  const lowbit::FormatTraits& t = p.info();
+  const lowbit::FormatDesc& t = p.info();
   tl.add_copy(base + ".codes", DType::F32, {p.rows, lowbit::row_bytes(t, p.cols)}, p.codes, "U8");
   tl.add_copy(base + ".scales", DType::F32, {p.rows, p.groups()}, p.scales);
   if (!t.symmetric) tl.add_copy(base + ".zeros", DType::F32, {p.rows, p.groups()}, p.zeros, "U8");

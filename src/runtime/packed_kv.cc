@@ -64,9 +64,9 @@ namespace {
 
 lowbit::PackedKvCache make_cache(const ModelConfig& c, int64_t capacity, const KvScheme& s) {
   const lowbit::PackedFormat f = kv_format(s);
-  const lowbit::KvFormatTraits& t = lowbit::kv_traits(f);
+  const lowbit::FormatDesc& t = lowbit::kv_traits(f);
   std::vector<quant::Params> pk, pv;
-  if (!t.dynamic) {
+  if (!t.dynamic()) {
     std::map<std::pair<int, int>, const quant::StaticQuant*> by;
     for (const quant::StaticQuant& q : s.statics) {
       if (!kv_site(q.site)) continue;

@@ -9,7 +9,7 @@
 // when they fake-quantize the fp32 cache. The KV prefix (model/kv_prefix.h) stays fp32 and is
 // never quantized; reset() keeps it.
 //
-// Scheme -> format (formats.h kKvFormats):
+// Scheme -> format (formats/packed_format.h kKvFormats):
 //   dynamic per head   kv{8,4}_per_head[_asym]       (sim: --kv-quant dynamic --kv-gran head)
 //   dynamic per token  kv{8,4}_per_token[_asym]      (--kv-gran token)
 //   static per head    kv{8,4}_static_head[_asym]    (--kv-quant static --kv-gran head)

@@ -20,8 +20,8 @@ using lowbit::PackedFormat;
 using lowbit::PackedTensor;
 
 // The weight format with these properties (group 0 = one scale per output channel), or nullptr.
-const lowbit::FormatTraits* find_weight_format(int bits, bool symmetric, int group) {
-  for (const lowbit::FormatTraits& t : lowbit::kFormats)
+const lowbit::FormatDesc* find_weight_format(int bits, bool symmetric, int group) {
+  for (const lowbit::FormatDesc& t : lowbit::kFormats)
     if (t.role == lowbit::Role::Weight && t.bits == bits && t.symmetric == symmetric && t.group == group)
       return &t;
   return nullptr;
@@ -32,7 +32,7 @@ const lowbit::FormatTraits* find_weight_format(int bits, bool symmetric, int gro
 // stores it when such a group size exists.
 PackedFormat per_row_format(const WeightScheme& ws, int64_t width, const std::string& name, int64_t col0,
                             int64_t cols) {
-  const lowbit::FormatTraits* t = find_weight_format(ws.bits, ws.symmetric, 0);
+  const lowbit::FormatDesc* t = find_weight_format(ws.bits, ws.symmetric, 0);
   if (!t && width <= 128) t = find_weight_format(ws.bits, ws.symmetric, int(width));
   if (!t)
     fail("{} [in = {}]: columns {}..{} form one asymmetric int4 group of {} columns per row (as the simulator "
@@ -44,7 +44,7 @@ PackedFormat per_row_format(const WeightScheme& ws, int64_t width, const std::st
 
 // x[:, c0 : c0 + n] of an activation tensor (same scales); c0 even for 4-bit codes.
 void slice_columns(const PackedTensor& x, int64_t c0, int64_t n, PackedTensor& out) {
-  const lowbit::FormatTraits& t = x.info();
+  const lowbit::FormatDesc& t = x.info();
   SINKQ_ASSERT(c0 >= 0 && n > 0 && c0 + n <= x.cols && (t.bits == 8 || c0 % 2 == 0));
   out.format = x.format;
   out.rows = x.rows;
@@ -148,7 +148,7 @@ std::vector<WeightBlock> weight_blocks(const WeightScheme& ws, int64_t cols, con
 }
 
 void PackedLinear::init_activation(PackedFormat act, quant::Params static_params) {
-  const lowbit::FormatTraits& at = lowbit::traits(act);
+  const lowbit::FormatDesc& at = lowbit::traits(act);
   SINKQ_CHECK(at.role == lowbit::Role::Activation, "{}: {} is not an activation format", name_, at.name);
   SINKQ_CHECK(rows_ > 0 && cols_ > 0, "{}: empty weight matrix [{}, {}]", name_, rows_, cols_);
   SINKQ_CHECK(cols_ <= lowbit::kMaxCols, "{}: {} input columns exceed the integer GEMM's limit of {}", name_, cols_,
@@ -192,7 +192,7 @@ PackedLinear::PackedLinear(std::string name, int64_t rows, int64_t cols, std::ve
               name_, blocks.size());
   int64_t next = 0;
   for (PlanarBlock& b : blocks) {
-    const lowbit::FormatTraits& t = lowbit::traits(b.w.format);
+    const lowbit::FormatDesc& t = lowbit::traits(b.w.format);
     SINKQ_CHECK(t.role == lowbit::Role::Weight, "{}: {} is not a weight format", name_, t.name);
     SINKQ_CHECK(b.col0 == next && b.w.cols > 0 && b.col0 + b.w.cols <= cols && b.w.rows == rows,
                 "{}: weight block at column {} [{}, {}] does not continue the blocks of a [{}, {}] matrix at column {}",
@@ -207,7 +207,7 @@ PackedLinear::PackedLinear(std::string name, int64_t rows, int64_t cols, std::ve
 PackedTensor PackedLinear::planar(size_t b) const {
   SINKQ_ASSERT(b < blocks_.size());
   const lowbit::KernelWeights& kw = blocks_[b].w;
-  const lowbit::FormatTraits& t = lowbit::traits(kw.format);
+  const lowbit::FormatDesc& t = lowbit::traits(kw.format);
   PackedTensor pt;
   pt.format = kw.format;
   pt.rows = kw.rows;

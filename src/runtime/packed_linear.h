@@ -130,7 +130,7 @@ class PackedLinear final : public LinearImpl {
   int64_t cols() const { return cols_; }
   lowbit::PackedFormat activation() const { return act_; }
   const std::vector<Block>& blocks() const { return blocks_; }
-  // Block b back in the planar file layout (lowbit/formats.h), recovered from the kernel layout
+  // Block b back in the planar file layout (formats/packed_format.h), recovered from the kernel layout
   // (exact inverse of lowbit::repack): what an artifact stores.
   lowbit::PackedTensor planar(size_t b) const;
   const quant::Params& static_params() const { return static_; }  // per-tensor formats only

@@ -36,7 +36,7 @@ bool reproduces(const float* x, int64_t n, float s, int lo, int hi, int* level) 
 }  // namespace
 
 PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t cols, const std::string& name) {
-  const lowbit::FormatTraits& t = lowbit::traits(f);
+  const lowbit::FormatDesc& t = lowbit::traits(f);
   SINKQ_CHECK(t.role == lowbit::Role::Weight, "pack_exact: {} is not a weight format", t.name);
   const PackedTensor first = lowbit::quantize(f, w, rows, cols, /*clip_ratio=*/1.0f);
   quant::Params p = lowbit::params_of(first);

@@ -31,13 +31,13 @@ std::vector<float> outlier_data(std::mt19937_64& rng, int64_t rows, int64_t cols
 }
 
 // Column counts the format accepts: anything for per-row / per-tensor, multiples of the group.
-std::vector<int64_t> cols_for(const FormatTraits& t) {
+std::vector<int64_t> cols_for(const FormatDesc& t) {
   if (t.group > 0) return {t.group, 3 * t.group, 7 * t.group};
   return {1, 2, 7, 33, 100, 257};
 }
 
 TEST(Formats, TableLookupAndNames) {
-  for (const FormatTraits& t : kFormats) {
+  for (const FormatDesc& t : kFormats) {
     EXPECT_EQ(&traits(t.format), &t);
     EXPECT_EQ(parse_format(t.name), t.format);
     const quant::QuantSpec s = quant_spec(t.format, 0.9f);
@@ -89,12 +89,12 @@ TEST(Formats, ByteLayout) {
   EXPECT_EQ(a.scales.size(), 2u);
   EXPECT_EQ(a.zeros.size(), 2u);
   EXPECT_EQ(a.bytes(), 32u + 2 * 5u);
-  EXPECT_EQ(int64_t(a.bytes()), 64 / 2 + 2 * traits(a.format).group_param_bytes);
+  EXPECT_EQ(int64_t(a.bytes()), 64 / 2 + 2 * traits(a.format).param_bytes());
 }
 
 TEST(Formats, UnpackOfPackIsIdentity) {
   std::mt19937_64 rng(2);
-  for (const FormatTraits& t : kFormats)
+  for (const FormatDesc& t : kFormats)
     for (int64_t cols : cols_for(t))
       for (int64_t rows : {1, 3, 16}) {
         // Every code of the range, including -2^(N-1) (reached only when clipping).
@@ -120,7 +120,7 @@ TEST(Formats, UnpackOfPackIsIdentity) {
 TEST(Formats, DequantizeEqualsFakeQuant) {
   std::mt19937_64 rng(3);
   int cases = 0;
-  for (const FormatTraits& t : kFormats)
+  for (const FormatDesc& t : kFormats)
     for (int64_t cols : cols_for(t))
       for (float clip : {1.0f, 0.7f}) {
         const int64_t rows = 5;

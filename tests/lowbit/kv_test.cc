@@ -57,7 +57,7 @@ std::vector<float> kv_data(std::mt19937_64& rng, int64_t n, int kv_heads, int D)
 
 TEST(KvFormats, TableAndLookup) {
   int i = 0;
-  for (const KvFormatTraits& t : kKvFormats) {
+  for (const FormatDesc& t : kKvFormats) {
     EXPECT_EQ(int(t.format), 64 + i++);
     EXPECT_EQ(&kv_traits(t.format), &t);
     EXPECT_EQ(parse_kv_format(t.name), t.format);
@@ -96,11 +96,11 @@ struct Filled {
   PackedKvCache cache;
 };
 Filled fill(std::mt19937_64& rng, PackedFormat f, int kv_heads, int D, int64_t rows, int64_t capacity) {
-  const KvFormatTraits& t = kv_traits(f);
+  const FormatDesc& t = kv_traits(f);
   std::vector<float> k = kv_data(rng, rows, kv_heads, D), v = kv_data(rng, rows, kv_heads, D);
   for (float& x : v) x *= 0.5f;
   std::vector<quant::Params> sk, sv;
-  if (!t.dynamic) {
+  if (!t.dynamic()) {
     for (int l = 0; l < 2; ++l) {
       quant::Calibrator ck(kv_spec(f, D, 0.8f)), cv(kv_spec(f, D, 1.0f));
       ck.observe(k.data(), rows, int64_t(kv_heads) * D);
@@ -123,7 +123,7 @@ Filled fill(std::mt19937_64& rng, PackedFormat f, int kv_heads, int D, int64_t r
 // formats with the calibrated params, the dynamic ones with params of each stored chunk.
 TEST(KvCache, StoreEqualsFakeQuant) {
   std::mt19937_64 rng(1);
-  for (const KvFormatTraits& t : kKvFormats)
+  for (const FormatDesc& t : kKvFormats)
     for (int D : {8, 20, 64}) {
       SCOPED_TRACE(std::string(t.name) + " D=" + std::to_string(D));
       const int H = 3;
@@ -131,7 +131,7 @@ TEST(KvCache, StoreEqualsFakeQuant) {
       Filled f = fill(rng, t.format, H, D, rows, rows + 2);
       for (int value = 0; value < 2; ++value) {
         std::vector<float> want = value ? f.v : f.k, got(want.size());
-        if (t.dynamic) {
+        if (t.dynamic()) {
           quant::fake_quant_dynamic(kv_spec(t.format, D), want.data(), rows, C);
         } else {
           quant::Calibrator c(kv_spec(t.format, D, value ? 1.0f : 0.8f));
@@ -255,7 +255,7 @@ TEST(KvAttention, EveryIsaMatchesOracle) {
   IsaGuard guard;
   std::mt19937_64 rng(2);
   int n = 0;
-  for (const KvFormatTraits& t : kKvFormats)
+  for (const FormatDesc& t : kKvFormats)
     for (const Case& c : cases()) {
       const Scene s = make(rng, t.format, c);
       const AttnShape shape{c.H, c.Hkv, c.D, c.window};
@@ -280,7 +280,7 @@ TEST(KvAttention, EveryIsaMatchesOracle) {
 TEST(KvAttention, OracleMatchesFp32AttentionOverDequantizedCache) {
   IsaGuard guard;
   std::mt19937_64 rng(3);
-  for (const KvFormatTraits& t : kKvFormats)
+  for (const FormatDesc& t : kKvFormats)
     for (const Case& c : cases()) {
       const Scene s = make(rng, t.format, c);
       const AttnShape shape{c.H, c.Hkv, c.D, c.window};

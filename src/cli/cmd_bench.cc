@@ -38,7 +38,6 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/runnable.h"
 #include "core/error.h"
 #include "formats/quantizer.h"
 #include "kernels/cpu_features.h"
@@ -52,6 +51,7 @@
 #include "runtime/artifact.h"
 #include "runtime/packed_linear.h"
 #include "runtime/quantized_model.h"
+#include "sinkq/engine.h"
 
 namespace sinkq::cli {
 namespace {
@@ -176,15 +176,15 @@ void register_bench(CLI::App& app) {
     std::string name = o->model;
     // -m may be a sinkq artifact: it is timed as it runs (packed linears and KV cache, online
     // rotations, its prefix in front); it is already quantized, so --quant / --sim-preset do not apply.
-    std::optional<Runnable> art;
+    std::shared_ptr<const Engine> art;
     if (!o->model.empty() && runtime::is_artifact(o->model)) {
       SINKQ_CHECK(choices.empty() && o->sim_preset.empty(),
                   "-m {} is a sinkq artifact (already quantized): --quant and --sim-preset apply to a model directory "
                   "or --random; bench the artifact alone, or its source model with --quant",
                   o->model);
-      art = load_runnable(o->model);
-      model = art->model;
-      name = art->description;
+      art = Engine::open(o->model);
+      model = art->model();
+      name = art->describe();
     } else if (!o->random.empty()) {
       const std::optional<DType> dt = o->dtype == "f32" ? DType::F32 : o->dtype == "bf16" ? DType::BF16 :
                                       o->dtype == "f16" ? std::optional(DType::F16) : std::nullopt;
@@ -203,7 +203,7 @@ void register_bench(CLI::App& app) {
     const Workload warm = make_workload(c.vocab_size, std::min<int64_t>(o->prefill, 8), 2, 1);
     const bool peak_resettable = reset_peak_rss();
     Forward fwd(model, ctx, /*max_batch=*/o->prefill);
-    if (art) art->attach(fwd);
+    if (art) art->attach(fwd);  // its rotations, packed KV cache and prefix
     std::fprintf(stderr, "bench: %s, %d threads, %s kernels, lowbit %s\n", name.c_str(), num_threads(),
                  std::string(isa_name(active_isa())).c_str(), std::string(lowbit::kernel_isa_name()).c_str());
     run(fwd, warm);  // warm-up: page in weights, spin threads
@@ -318,7 +318,7 @@ void register_bench(CLI::App& app) {
         {"decode_achieved_gbs", achieved}, {"measured_read_gbs", measured},
         {"decode_bandwidth_fraction", measured > 0 ? achieved / measured : 0},
         {"hooked_prefill_tokens_per_s", hooked.prefill_tps}, {"hooked_decode_tokens_per_s", hooked.decode_tps},
-        {"kv_cache_bytes", fwd.kv_bytes()}, {"artifact", art.has_value()}, {"peak_rss_bytes", peak_rss}};
+        {"kv_cache_bytes", fwd.kv_bytes()}, {"artifact", art != nullptr}, {"peak_rss_bytes", peak_rss}};
     if (!o->sim_preset.empty())
       j["simulator"] = {{"preset", o->sim_preset}, {"config", sim_desc}, {"prefill_tokens_per_s", sim.prefill_tps},
                         {"decode_tokens_per_s", sim.decode_tps}};

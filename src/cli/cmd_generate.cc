@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
-#include "cli/runnable.h"
+#include "sinkq/engine.h"
 #include "eval/generate.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,41 +44,21 @@ void register_generate(CLI::App& app) {
     if (qf->dump_if_asked()) return;
     validate(o->s);
     SINKQ_CHECK(o->n >= 0, "-n must be >= 0 (got {})", o->n);
-    // -m: a model directory (simulated quantization from the flags) or a sinkq artifact (the packed
-    // runtime with its stored prefix; quantization flags do not apply to it).
-    const bool artifact = qf->model_is_artifact(o->model, "generate");
-    if (!artifact) qf->config();  // bad quantization / prefix flags fail before anything is loaded
-    std::optional<Runnable> run;
-    std::optional<QuantPipeline> qp;
-    std::shared_ptr<const Model> model, run_model;
-    std::shared_ptr<const Tokenizer> tok;
-    std::shared_ptr<const KvPrefix> prefix;
-    bool strips_bos = false;
-    std::string prefix_name;
-    if (artifact) {
-      run = load_runnable(o->model);
-      model = run_model = run->model;
-      tok = run->tokenizer;
-      prefix = run->prefix;
-      strips_bos = run->prefix_has_bos;  // the same rule as quant::PrefixSim::strips_bos
-      prefix_name = "of the artifact";
-    } else {
-      model = Model::load(o->model);
-      tok = Tokenizer::load(o->model);
-      qp = run_quant_pipeline(*qf, model, *tok, "generate");
-      run_model = qp->sim.model;
-      prefix = qp->sim.prefix;
-      strips_bos = prefix && qp->sim.cfg.prefix.strips_bos();
-      prefix_name = "--prefix " + qp->sim.cfg.prefix.spec;
-    }
-    const int64_t P = prefix ? prefix->size() : 0;
-    EncodeOptions enc;
-    enc.add_special = !strips_bos;  // the prefix carries [BOS]
-    const std::vector<int32_t> prompt = tok->encode(o->prompt, enc);
+    // -m: a model directory / GGUF file (simulated quantization from the flags) or a sinkq
+    // artifact (the packed runtime with its stored prefix; quantization flags do not apply to it).
+    OpenOptions oo;
+    if (!qf->model_is_artifact(o->model, "generate")) oo.recipe = qf->config();  // bad flags fail fast
+    oo.pipeline = pipeline_options(*qf, "generate");
+    const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
+    const Tokenizer& tok = engine->tokenizer();
+    const int64_t P = engine->prefix_size();
+    const std::string prefix_name =
+        engine->runtime() == Engine::Runtime::Packed ? "of the artifact" : "--prefix " + engine->recipe().prefix.spec;
+    const std::vector<int32_t> prompt = engine->encode_prompt(o->prompt);
     SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty{}: nothing to condition on",
-                prefix ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
+                P ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
     const int64_t need = int64_t(prompt.size()) + o->n;
-    const int64_t max_pos = model->config().max_position_embeddings;
+    const int64_t max_pos = engine->config().max_position_embeddings;
     if (P > 0)
       SINKQ_CHECK(P + need <= max_pos, "the {}-token prefix ({}) + prompt ({} tokens) + -n {} = {} exceeds the model's {} positions",
                   P, prefix_name, prompt.size(), o->n, P + need, max_pos);
@@ -89,39 +69,34 @@ void register_generate(CLI::App& app) {
     SINKQ_CHECK(ctx >= need, "--ctx {} is smaller than prompt + -n = {}", ctx, need);
     SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix ({}) exceeds the model's {} positions: use --ctx {} or less",
                 ctx, P, prefix_name, max_pos, max_pos - P);
-    Forward fwd(run_model, ctx);
-    if (artifact)
-      run->attach(fwd);
-    else
-      qp->sim.attach(fwd);
+    const std::unique_ptr<Session> session = engine->new_session(ctx);
     GenerateOptions go;
     go.max_new_tokens = o->n;
     go.sampler = o->s;
-    for (int id : model->config().eos_token_ids) go.stop_ids.push_back(id);
-    if (tok->eos_id() >= 0) go.stop_ids.push_back(tok->eos_id());
-    if (o->stop_on_bos && tok->bos_id() >= 0) go.stop_ids.push_back(tok->bos_id());
+    go.stop_ids = engine->stop_ids();
+    if (o->stop_on_bos && tok.bos_id() >= 0) go.stop_ids.push_back(tok.bos_id());
 
-    StreamDecoder stream(*tok);
+    StreamDecoder stream(tok);
     if (!o->json) {
       fmt::print("{}", o->prompt);
       std::fflush(stdout);
     }
-    const GenerateResult r = generate(fwd, prompt, go, [&](int32_t id) {
-      if (o->json) return;
+    const GenerateResult r = session->generate(prompt, go, [&](int32_t id) {
+      if (o->json) return true;
       const std::string piece = stream.push(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
+      return true;
     });
     const double dec_tps = r.generated.size() > 1 ? double(r.generated.size() - 1) / r.decode_seconds : 0.0;
     const double pre_tps = r.prefill_seconds > 0 ? double(prompt.size()) / r.prefill_seconds : 0.0;  // -n 0: no prefill
     if (o->json) {
       print_json({{"prompt_ids", prompt},
-                  {"prefix", artifact ? (prefix ? run->recipe.at("recipe").at("prefix") : nlohmann::json(nullptr)) : qp->prefix_json},
-                  {"runtime", artifact ? "packed" : "simulated"},
-                  {"config", artifact ? nlohmann::json{{"artifact", o->model}, {"describe", run->description}}
-                                      : qp->sim.to_json()},
+                  {"prefix", engine->prefix_json()},
+                  {"runtime", engine->runtime_name()},
+                  {"config", engine->config_json()},
                   {"generated_ids", r.generated},
-                  {"text", tok->decode(r.generated)},
+                  {"text", tok.decode(r.generated)},
                   {"stopped", r.stopped},
                   {"prefill_tokens_per_s", pre_tps},
                   {"decode_tokens_per_s", dec_tps}});

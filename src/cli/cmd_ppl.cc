@@ -21,12 +21,12 @@
 #include "cli/commands.h"
 #include "io/gguf.h"
 #include "cli/quant_flags.h"
-#include "cli/runnable.h"
 #include "core/mmap.h"
 #include "calib/calib_data.h"
 #include "eval/ppl.h"
 #include "calib/prefix.h"
 #include "quant/sim.h"
+#include "sinkq/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
@@ -58,33 +58,26 @@ void register_ppl(CLI::App& app) {
     if (qf->dump_if_asked()) return;
     SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
     if (!o->protocol.empty()) parse_ppl_protocol(o->protocol);  // unknown value: error naming --protocol
-    // -m is a model directory (simulated quantization from the flags) or a sinkq artifact (the
-    // packed runtime: real low-bit kernels, its own prefix; quantization flags do not apply).
-    const bool artifact = qf->model_is_artifact(o->model, "ppl");
-    const quant::Recipe pre = artifact ? quant::Recipe{} : qf->config();  // bad flags fail fast
-    std::optional<Runnable> run;
-    if (artifact) run = load_runnable(o->model);
-    const bool has_prefix = artifact ? run->prefix != nullptr : pre.prefix.requested();
-    const std::string prefix_name = artifact ? "of the artifact" : "--prefix " + pre.prefix.spec;
-    const PplProtocol protocol =
-        o->protocol.empty() ? (has_prefix ? PplProtocol::Prefix : PplProtocol::Gptq) : parse_ppl_protocol(o->protocol);
-    SINKQ_CHECK(protocol != PplProtocol::Prefix || has_prefix,
+    // -m is a model directory / GGUF file (simulated quantization from the flags) or a sinkq
+    // artifact (the packed runtime, its own prefix; quantization flags do not apply): the Engine
+    // (include/sinkq/engine.h) runs either.
+    OpenOptions oo;
+    if (!qf->model_is_artifact(o->model, "ppl")) oo.recipe = qf->config();  // bad flags fail fast
+    oo.pipeline = pipeline_options(*qf, "ppl");
+    // Checks that do not need the (possibly slow) calibration first.
+    const Engine::Preview pv = Engine::preview(o->model, oo);
+    const PplProtocol protocol = o->protocol.empty() ? (pv.has_prefix ? PplProtocol::Prefix : PplProtocol::Gptq)
+                                                     : parse_ppl_protocol(o->protocol);
+    SINKQ_CHECK(protocol != PplProtocol::Prefix || pv.has_prefix,
                 "--protocol prefix needs a KV prefix: give --prefix bos|auto|ids:..|text:..|system:..{}",
-                artifact ? " when quantizing (this artifact has none)" : "");
-    SINKQ_CHECK(protocol == PplProtocol::Prefix || !has_prefix,
+                pv.artifact ? " when quantizing (this artifact has none)" : "");
+    SINKQ_CHECK(protocol == PplProtocol::Prefix || !pv.has_prefix,
                 "--protocol {} scores windows without a prefix, but {}{}: use --protocol prefix (the default with a "
                 "prefix){}",
-                ppl_protocol_name(protocol), artifact ? "the artifact has a KV prefix" : "--prefix " + pre.prefix.spec + " was given",
-                artifact || pre.preset.empty() ? "" : " (or set by --preset " + pre.preset + ")",
-                artifact ? "" : ", or --prefix none");
-    const auto model = artifact ? run->model : Model::load(o->model);
-    const auto tok = artifact ? run->tokenizer : std::shared_ptr<const Tokenizer>(Tokenizer::load(o->model));
-    const int64_t max_pos = model->config().max_position_embeddings;
-    // A prefix's length is known before calibration except for auto (>= 1 token): check --ctx early.
-    int64_t p_min = has_prefix ? 1 : 0;
-    if (artifact && has_prefix) p_min = run->prefix->size();
-    if (!artifact && has_prefix && pre.prefix.spec != "auto")
-      p_min = int64_t(prefix_tokens(parse_prefix_spec(pre.prefix.spec), *tok, o->model).size());
+                ppl_protocol_name(protocol), pv.artifact ? "the artifact has a KV prefix" : pv.prefix_name + " was given",
+                pv.artifact || !oo.recipe || oo.recipe->preset.empty() ? "" : " (or set by --preset " + oo.recipe->preset + ")",
+                pv.artifact ? "" : ", or --prefix none");
+    const int64_t max_pos = pv.max_position;
     auto check_ctx = [&](int64_t ctx, int64_t P) {
       SINKQ_CHECK(ctx >= 2, "--ctx must be at least 2 (got {})", ctx);
       if (P == 0)
@@ -93,76 +86,34 @@ void register_ppl(CLI::App& app) {
         SINKQ_CHECK(ctx + P <= max_pos,
                     "--ctx {} plus the {}-token prefix ({}) is {}, more than the model's "
                     "max_position_embeddings ({}): use --ctx {} or less",
-                    ctx, P, prefix_name, ctx + P, max_pos, max_pos - P);
+                    ctx, P, pv.prefix_name, ctx + P, max_pos, max_pos - P);
     };
-    if (o->ctx > 0) check_ctx(o->ctx, p_min);
+    if (o->ctx > 0) check_ctx(o->ctx, pv.prefix_min);
     // Read before anything slow (calibration): a bad file fails at once.
     std::fprintf(stderr, "ppl: tokenizing %s\n", o->file.c_str());
-    const std::vector<int32_t> toks = scoring_tokens(o->file, *tok);
+    const std::vector<int32_t> toks = scoring_tokens(o->file, *pv.tokenizer);
 
-    // What runs: the simulator (model dir) or the packed runtime (artifact).
-    std::optional<QuantPipeline> qp;
-    std::shared_ptr<const Model> run_model;
-    std::shared_ptr<const KvPrefix> prefix;
-    std::vector<int32_t> prefix_toks;
-    std::function<void(Forward&)> attach;
-    if (artifact) {
-      run_model = run->model;
-      prefix = run->prefix;
-      if (prefix) prefix_toks = prefix->tokens();
-      attach = run->attach;
-    } else {
-      qp = run_quant_pipeline(*qf, model, *tok, "ppl");
-      run_model = qp->sim.model;
-      prefix = qp->sim.prefix;
-      prefix_toks = qp->sim.cfg.prefix.tokens;
-      attach = [&sim = qp->sim](Forward& f) { sim.attach(f); };
-    }
-    const int64_t P = prefix ? prefix->size() : 0;
+    const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
+    const Tokenizer& tok = engine->tokenizer();
+    const int64_t P = engine->prefix_size();
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos - P);
     check_ctx(ctx, P);
 
-    PplOptions po = ppl_options(*tok, ctx, protocol, o->max_windows);
+    PplOptions po = ppl_options(tok, ctx, protocol, o->max_windows);
     po.progress = [](int64_t done, int64_t total, double ppl) {
       progress("ppl: window", done, total, fmt::format("ppl {:.4f}", ppl));
     };
-    Forward fwd(run_model, ctx);
-    attach(fwd);
-    std::unique_ptr<Forward> ref;
-    if (o->kld) {
-      // The reference: the original fp model; behind the same prefix tokens computed at full
-      // precision by that model (the same targets are scored). For an artifact: its source model.
-      std::shared_ptr<const Model> fp = model;
-      if (artifact) {
-        const std::string src = run->recipe.at("source").value("model_dir", "");
-        SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
-                    "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a "
-                    "model directory or GGUF file here",
-                    src);
-        fp = Model::load(src);
-        SINKQ_CHECK(fp->config().vocab_size == model->config().vocab_size &&
-                        fp->config().hidden_size == model->config().hidden_size,
-                    "--kld: the source model {} does not match the artifact's shape", src);
-      }
-      ref = std::make_unique<Forward>(fp, ctx);
-      if (prefix) ref->set_prefix(KvPrefix::compute(fp, prefix_toks));
-    }
-    const PplResult r = perplexity(fwd, toks, po, ref.get());
-    nlohmann::json prefix_json = nullptr;
-    if (artifact && prefix) prefix_json = run->recipe.at("recipe").at("prefix");
-    if (!artifact) prefix_json = qp->prefix_json;
+    const std::unique_ptr<Session> session = engine->new_session(ctx);
+    // --kld: the full-precision model behind the same prefix tokens (for an artifact: its source).
+    std::unique_ptr<Session> ref = o->kld ? engine->reference()->new_session(ctx) : nullptr;
+    const PplResult r = session->perplexity(toks, po, ref.get());
+    const bool packed = engine->runtime() == Engine::Runtime::Packed;
     if (o->json) {
-      nlohmann::json cj;
-      if (artifact) {
-        cj = {{"artifact", o->model}, {"describe", run->description}, {"recipe", run->recipe}};
-      } else {
-        cj = qp->sim.to_json();
-        if (!qp->calib_json.is_null()) cj["calibration"]["data"] = qp->calib_json;
-      }
       nlohmann::json j{{"ppl", r.ppl}, {"mean_nll", r.mean_nll}, {"tokens_scored", r.tokens_scored},
                        {"windows", r.windows}, {"ctx", ctx}, {"protocol", ppl_protocol_name(protocol)},
                        {"file", o->file}, {"file_tokens", toks.size()}, {"window_nll", r.window_nll},
-                       {"runtime", artifact ? "packed" : "simulated"}, {"prefix", prefix_json}, {"config", cj}};
+                       {"runtime", engine->runtime_name()}, {"prefix", engine->prefix_json()},
+                       {"config", engine->config_json()}};
       if (r.has_kld) {
         j["kld"] = r.kld;
         j["window_kld"] = r.window_kld;
@@ -170,30 +121,32 @@ void register_ppl(CLI::App& app) {
       print_json(j);
       return;
     }
-    if (artifact) {
-      fmt::print("{} (packed runtime)\n", run->description);
-      if (prefix)
-        fmt::print("prefix {} tokens: {} (stored in the artifact, full precision)\n", P, tokens_text(prefix_toks, *tok));
+    if (packed) {
+      fmt::print("{} (packed runtime)\n", engine->describe());
+      if (P)
+        fmt::print("prefix {} tokens: {} (stored in the artifact, full precision)\n", P,
+                   tokens_text(engine->prefix_tokens(), tok));
     } else {
-      const quant::SimModel& sim = qp->sim;
+      const quant::Pipeline& qp = *engine->pipeline();
+      const quant::SimModel& sim = qp.sim;
       const quant::Recipe& qcfg = sim.cfg;
       fmt::print("config {}\n", qcfg.describe());
       if (qcfg.needs_calibration())
         fmt::print("calibration {} ({}, {} documents): {} samples x {} tokens, seed {}, bos {}; {:.1f} s; chosen: {}\n",
-                   qp->calib.file, qp->calib.format, qp->calib.documents, qp->calib.samples.size(), qcfg.calib.len,
-                   qp->calib.options.seed, qp->calib.bos ? "yes" : "no",
+                   qp.calib.file, qp.calib.format, qp.calib.documents, qp.calib.samples.size(), qcfg.calib.len,
+                   qp.calib.options.seed, qp.calib.bos ? "yes" : "no",
                    sim.calibration_report.at("seconds").get<double>(),
                    sim.calibration_report.at("summary").get<std::string>());
       if (sim.prefix) {
-        std::string how = qp->prefix_json.value("how", "");
-        if (qp->prefix_json.contains("found")) how += fmt::format(", o = {}", qp->prefix_json["found"]["o"].get<int>());
+        std::string how = qp.prefix_json.value("how", "");
+        if (qp.prefix_json.contains("found")) how += fmt::format(", o = {}", qp.prefix_json["found"]["o"].get<int>());
         fmt::print("prefix {} ({} tokens: {}; {}), KV from the {} model\n", qcfg.prefix.spec, P,
-                   tokens_text(qcfg.prefix.tokens, *tok), how,
+                   tokens_text(qcfg.prefix.tokens, tok), how,
                    qcfg.prefix.source == quant::PrefixSim::Source::Fp ? "full-precision" : "quantized");
       }
     }
     fmt::print("protocol {}{}  ctx {}  windows {}  tokens scored {}\n", ppl_protocol_name(protocol),
-               o->protocol.empty() && has_prefix ? " (default with a prefix)" : "", ctx, r.windows, r.tokens_scored);
+               o->protocol.empty() && pv.has_prefix ? " (default with a prefix)" : "", ctx, r.windows, r.tokens_scored);
     fmt::print("mean NLL {:.6f}  ppl {:.6f}\n", r.mean_nll, r.ppl);
     if (r.has_kld) fmt::print("KLD {:.6g} nats/token (vs full precision)\n", r.kld);
   });

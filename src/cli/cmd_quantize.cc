@@ -12,6 +12,7 @@
 
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
+#include "sinkq/engine.h"
 #include "runtime/artifact.h"
 #include "runtime/quantized_model.h"
 #include "tokenizer/tokenizer.h"
@@ -61,22 +62,22 @@ void register_quantize(CLI::App& app) {
     SINKQ_CHECK(o->force || !std::filesystem::exists(o->out, ec),
                 "'{}' already exists: refusing to overwrite it (use --force to replace it)", o->out);
 
-    const auto model = Model::load(o->model);
-    const auto tok = Tokenizer::load(o->model);
-    const QuantPipeline qp = run_quant_pipeline(*qf, model, *tok, "quantize");
+    OpenOptions oo;
+    oo.recipe = cfg;
+    oo.pipeline = pipeline_options(*qf, "quantize");
+    const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
+    const Model& model = *engine->source_model();
     std::fprintf(stderr, "quantize: packing the linear layers\n");
     runtime::QuantizeOptions qo;
-    qo.fp_dtype = fp_dtype(o->fp_dtype, model->weights().embed.dtype);
-    runtime::QuantizedModel qm = runtime::build_quantized(qp.sim, qo);
-    if (!qp.calib_json.is_null()) qm.recipe["calibration_data"] = qp.calib_json;
-    if (!qp.prefix_json.is_null()) qm.recipe["prefix_resolution"] = qp.prefix_json;
+    qo.fp_dtype = fp_dtype(o->fp_dtype, model.weights().embed.dtype);
+    const runtime::QuantizedModel qm = engine->pack(qo);
     std::fprintf(stderr, "quantize: writing %s\n", o->out.c_str());
     runtime::WriteOptions wo;
     wo.force = o->force;
     const runtime::ArtifactInfo info = runtime::write_artifact(qm, o->model, o->out, wo);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-    const double fp16 = 2.0 * double(model->weights().parameter_count());
+    const double fp16 = 2.0 * double(model.weights().parameter_count());
     uint64_t tensors = 0;
     for (const auto& [name, bytes] : info.files)
       if (name == "model.safetensors") tensors = bytes;

@@ -201,13 +201,12 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   return c;
 }
 
-QuantPipeline run_quant_pipeline(const QuantFlags& f, std::shared_ptr<const Model> model, const Tokenizer& tok,
-                                 std::string_view log) {
+quant::PipelineOptions pipeline_options(const QuantFlags& f, std::string_view log) {
   quant::PipelineOptions opt;
   opt.calib_flags_given = f.calib_flags_given();
   opt.log = std::string(log);
   opt.progress = [](const std::string& what, int64_t done, int64_t total) { progress(what, done, total); };
-  return quant::run_pipeline(f.config(), std::move(model), tok, opt);
+  return opt;
 }
 
 }  // namespace sinkq::cli

@@ -1,6 +1,6 @@
 // sinkq/cli/quant_flags.h — the quantization, rotation, calibration and prefix flags, declared
 // once and shared by every command that builds a simulated quantized model (ppl, generate,
-// quantize, ladder), and the pipeline that turns them into a quant::SimModel.
+// quantize, ladder): they make the quant::Recipe that Engine::open (include/sinkq/engine.h) runs.
 //
 //   --preset P | --recipe FILE.json   --dump-recipe
 //   --w-bits N --w-group G --w-asym --w-clip R|grid
@@ -81,11 +81,9 @@ struct QuantFlags {
 // Declares every flag above on cmd and returns the struct they write into.
 std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd);
 
-// The library's pipeline (quant/pipeline.h) with these flags: f.config(), --prefix-eta, and a
-// note when --calib* flags were given for a configuration that calibrates nothing; progress on
+// The options of the library's pipeline (quant/pipeline.h, run by Engine::open) for these flags:
+// a note when --calib* flags were given for a configuration that calibrates nothing; progress on
 // stderr as every command prints it, lines starting with `log` (e.g. "ppl").
-using QuantPipeline = quant::Pipeline;
-QuantPipeline run_quant_pipeline(const QuantFlags& f, std::shared_ptr<const Model> model, const Tokenizer& tok,
-                                 std::string_view log);
+quant::PipelineOptions pipeline_options(const QuantFlags& f, std::string_view log);
 
 }  // namespace sinkq::cli

@@ -60,7 +60,7 @@ int32_t Sampler::sample(std::span<const float> logits) {
 }
 
 GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        const std::function<void(int32_t)>& on_token) {
+                        const std::function<bool(int32_t)>& on_token) {
   SINKQ_CHECK(!prompt.empty(), "the prompt is empty: nothing to condition on (a tokenizer without BOS needs text)");
   SINKQ_CHECK(opt.max_new_tokens >= 0, "-n must be >= 0 (got {})", opt.max_new_tokens);
   SINKQ_CHECK(int64_t(prompt.size()) + opt.max_new_tokens <= fwd.max_ctx(),
@@ -82,7 +82,10 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
       break;
     }
     r.generated.push_back(id);
-    if (on_token) on_token(id);
+    if (on_token && !on_token(id)) {
+      r.cancelled = true;
+      break;
+    }
     if (i + 1 < opt.max_new_tokens) logits = fwd.step(std::span(&id, 1), /*all_logits=*/false);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();

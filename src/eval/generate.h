@@ -42,13 +42,15 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> generated;  // stop token excluded
   bool stopped = false;            // hit a stop id
+  bool cancelled = false;          // on_token returned false
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
 // Prefills `prompt` (must be non-empty) into a reset `fwd`, then samples up to max_new_tokens.
-// on_token(id) is called for every emitted token (for streaming). Throws sinkq::Error if
+// on_token(id) is called for every emitted token (for streaming); returning false ends the
+// generation after that token (cancelled: a client that went away). Throws sinkq::Error if
 // prompt + max_new_tokens exceeds the forward's context.
 GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        const std::function<void(int32_t)>& on_token = {});
+                        const std::function<bool(int32_t)>& on_token = {});
 
 }  // namespace sinkq

@@ -84,7 +84,22 @@ std::vector<StaticQuant> calibrate_static_max(Forward& fwd, const Recipe& cfg, s
 // k = 0..max_rows−1 (evenly spaced, distinct, increasing; no RNG: reproducible by construction).
 std::vector<int64_t> select_rows(int64_t total, int64_t max_rows);
 
-// --- shared by sim.cc and calibrate.cc ------------------------------------------------------
+// --- shared by sim.cc, calibrate.cc and build_sim.cc ----------------------------------------
+
+// Rounds for the reports (4 significant decimals are plenty for ratios and relative errors).
+double round4(double v);
+// The weight clip grid search of every matrix whose resolved setting asks for it (build_sim step
+// 2), on the fp (rotated) model `fp` behind `prefix`; adds "weights" to report.
+ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recipe& cfg,
+                                    std::span<const std::vector<int32_t>> calib,
+                                    const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
+                                    nlohmann::json& report);
+// The static activation / KV block-output searches (build_sim step 4) on the quantized-weight
+// model `qmodel`, targets from `fp`; adds "activations" / "kv" to report.
+std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
+                                        const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
+                                        const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
+                                        nlohmann::json& report);
 
 // Whether cfg quantizes site s statically (attn_in/o_in/mlp_in/down_in: static activations;
 // k/v: static KV), and the QuantSpec of that site (clip_ratio 1; the search sets it).

@@ -1,0 +1,174 @@
+// sinkq/engine.h — the library API of sinkq: open a model and run sessions over it. What the CLI
+// commands, the HTTP server (issue 16) and the Python module call; nothing here depends on the CLI.
+//
+//   auto engine = sinkq::Engine::open("model-dir | model.gguf | artifact-dir", {.recipe = r});
+//   auto s = engine->new_session(/*ctx=*/2048);           // own KV cache; weights shared
+//   s->generate(engine->encode_prompt("Once"), opt, [](int32_t id) { ...; return true; });
+//   s->perplexity(tokens, ppl_options);  s->logprobs(tokens);
+//
+// One Engine is one loaded model, immutable after open: a full-precision model quantized in
+// process by a quant::Recipe (the simulator: rotation, calibration, fake-quantized weights and
+// site hooks; the fp16 recipe runs the model as it is), or a sinkq artifact (the packed runtime:
+// int8 / int4 kernels, packed KV cache, online rotations, its stored prefix). Either way it holds
+// the full-precision KV prefix (PrefixQuant's outlier tokens, IntactKV's pivots) that every
+// session runs behind. Sessions are independent: several over one Engine may run at once on
+// different threads (each has its own Forward, KV cache and hooks; the weights are read-only), so
+// a server serves N requests with N sessions and one copy of the weights.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eval/generate.h"
+#include "eval/ppl.h"
+#include "model/kv_prefix.h"
+#include "model/model.h"
+#include "quant/pipeline.h"
+#include "quant/recipe.h"
+#include "runtime/quantized_model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace sinkq {
+
+class Session;
+
+struct OpenOptions {
+  // A model directory or GGUF file: the recipe it is quantized with (nullopt = the fp16 preset:
+  // nothing quantized). An artifact is already quantized: giving a recipe is an error.
+  std::optional<quant::Recipe> recipe;
+  quant::PipelineOptions pipeline;  // stderr notes and progress of the calibration
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  enum class Runtime { Simulated, Packed };
+
+  // Loads `path` (a model directory, a GGUF file or a sinkq artifact) and, for a model, runs the
+  // quantization pipeline of opt.recipe (quant/pipeline.h: calibration data, prefix resolution,
+  // build_sim). Errors (sinkq::Error) name the file, field or flag.
+  static std::shared_ptr<const Engine> open(const std::string& path, const OpenOptions& opt = {});
+
+  // What open(path, opt) will put in front of every sequence, known before anything slow runs
+  // (so a command can check its --ctx before a calibration of minutes): the prefix's length, or
+  // a lower bound of it (1 for `auto`, found on the calibration data).
+  struct Preview {
+    bool artifact = false;
+    bool has_prefix = false;
+    int64_t prefix_min = 0;
+    std::string prefix_name;  // for messages: "of the artifact", "--prefix bos", ...
+    std::shared_ptr<const Tokenizer> tokenizer;
+    int64_t max_position = 0;
+  };
+  static Preview preview(const std::string& path, const OpenOptions& opt = {});
+
+  Runtime runtime() const { return runtime_; }
+  const char* runtime_name() const { return runtime_ == Runtime::Packed ? "packed" : "simulated"; }
+  const std::string& path() const { return path_; }
+  // The model that runs (fake-quantized or packed), and the configuration's limits.
+  const std::shared_ptr<const Model>& model() const { return model_; }
+  const ModelConfig& config() const { return model_->config(); }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::shared_ptr<const Tokenizer>& tokenizer_ptr() const { return tokenizer_; }
+  const quant::Recipe& recipe() const { return recipe_; }
+  // The full-precision KV prefix in front of every sequence (null: none) and its tokens.
+  const std::shared_ptr<const KvPrefix>& prefix() const { return prefix_; }
+  const std::vector<int32_t>& prefix_tokens() const { return prefix_tokens_; }
+  int64_t prefix_size() const { return int64_t(prefix_tokens_.size()); }
+  // Whether the prefix holds the tokenizer's [BOS] (then a prompt is encoded without its own).
+  bool prefix_has_bos() const { return prefix_has_bos_; }
+  // Positions left for a session's own tokens: max_position_embeddings − prefix size.
+  int64_t max_context() const { return config().max_position_embeddings - prefix_size(); }
+  // One line: "artifact DIR: W4 per-channel sym | ..." or the recipe's description.
+  std::string describe() const { return describe_; }
+  // The configuration that runs, as JSON: the artifact (path, describe, its sinkq_recipe.json) or
+  // the simulated model (SimModel::to_json, with the calibration data loaded).
+  nlohmann::json config_json() const;
+  // How the prefix was resolved (simulated: quant::Pipeline::prefix_json) or stored (artifact:
+  // its recipe's prefix); null without a prefix.
+  const nlohmann::json& prefix_json() const { return prefix_json_; }
+  // The simulator's pipeline result (calibration samples, report): null for an artifact.
+  const quant::Pipeline* pipeline() const { return pipeline_ ? pipeline_.get() : nullptr; }
+  // The artifact as loaded: null for a simulated engine.
+  const runtime::QuantizedModel* packed() const { return packed_ ? packed_.get() : nullptr; }
+
+  // Prepares a Forward over model(): online rotations, quantization hooks (simulated) or the
+  // packed KV cache (packed), and the prefix in front. The Forward's body must be empty.
+  void attach(Forward& fwd) const;
+  // A session of `ctx` positions after the prefix (1 <= ctx <= max_context(); error otherwise).
+  std::unique_ptr<Session> new_session(int64_t ctx) const;
+
+  // The full-precision reference of this engine, for KL divergence: the source model (an
+  // artifact's recipe names it: source.model_dir) behind the same prefix tokens, their KV computed
+  // at full precision by that model, so both score the same targets. Error naming the path when
+  // an artifact's source is not here.
+  std::shared_ptr<const Engine> reference() const;
+
+  // A prompt's tokens: [BOS] + text, or the text alone when the prefix holds [BOS].
+  std::vector<int32_t> encode_prompt(std::string_view text) const;
+  // The stop ids of generation: the config's eos_token_ids and the tokenizer's [EOS].
+  std::vector<int32_t> stop_ids() const;
+
+  // The packed model of a simulated engine (runtime::build_quantized), ready for
+  // runtime::write_artifact; its recipe JSON records the calibration data and the prefix
+  // resolution. Error for what the kernels cannot run.
+  runtime::QuantizedModel pack(const runtime::QuantizeOptions& opt = {}) const;
+  // The full-precision model it came from (simulated: the loaded model; artifact: null until
+  // reference() loads it).
+  const std::shared_ptr<const Model>& source_model() const { return source_; }
+
+  Engine() = default;  // use open()
+
+ private:
+  Runtime runtime_ = Runtime::Simulated;
+  std::string path_, describe_;
+  std::shared_ptr<const Model> model_, source_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  quant::Recipe recipe_;
+  std::shared_ptr<const KvPrefix> prefix_;
+  std::vector<int32_t> prefix_tokens_;
+  bool prefix_has_bos_ = false;
+  nlohmann::json prefix_json_, artifact_json_;
+  std::shared_ptr<const quant::Pipeline> pipeline_;
+  std::shared_ptr<const runtime::QuantizedModel> packed_;
+};
+
+// One sequence over an Engine: its own Forward (KV cache after the engine's prefix). Not
+// thread-safe itself; use one per thread.
+class Session {
+ public:
+  Session(std::shared_ptr<const Engine> engine, int64_t ctx);
+  const Engine& engine() const { return *engine_; }
+  Forward& forward() { return *fwd_; }
+  int64_t capacity() const;  // positions after the prefix
+  int64_t n_past() const;    // tokens of this session in the cache
+  // Empties the cache (the prefix stays).
+  void reset();
+  // Appends `tokens` (at least one; n_past() + size <= capacity(), else sinkq::Error) and returns
+  // the logits after the last one [vocab], valid until the next call.
+  std::span<const float> eval(std::span<const int32_t> tokens);
+  // Teacher-forced log-probabilities of tokens[i] given tokens[0..i) (and the prefix), for
+  // i in [from, size): what a completion API's echo + logprobs and lm-eval's loglikelihood need.
+  // Starts from an empty cache (reset) and leaves the tokens in it. 1 <= from <= size.
+  std::vector<double> logprobs(std::span<const int32_t> tokens, int64_t from = 1);
+  // Prefills `prompt` into an empty cache and samples (eval/generate.h). on_token(id) is called for
+  // every emitted token; returning false stops generation there (a client that went away).
+  GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                          const std::function<bool(int32_t)>& on_token = {});
+  // Perplexity of `tokens` in windows of this session's capacity (eval/ppl.h), and with a
+  // reference session (engine().reference()) the KL divergence to it.
+  PplResult perplexity(const std::vector<int32_t>& tokens, const PplOptions& opt, Session* reference = nullptr);
+
+ private:
+  std::shared_ptr<const Engine> engine_;
+  std::unique_ptr<Forward> fwd_;
+};
+
+}  // namespace sinkq

@@ -1,0 +1,155 @@
+// sinkq/engine/engine.cc — Engine (include/sinkq/engine.h): a model directory / GGUF file run
+// through the quantization pipeline of a Recipe, or an artifact on the packed runtime; the one
+// place that knows the difference, so commands, the server and the bindings do not.
+#include "sinkq/engine.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "calib/prefix.h"
+#include "core/error.h"
+#include "core/mmap.h"
+#include "io/gguf.h"
+#include "io/weights.h"
+#include "runtime/artifact.h"
+
+namespace sinkq {
+
+namespace {
+
+bool holds(const std::vector<int32_t>& v, int32_t id) { return id >= 0 && std::find(v.begin(), v.end(), id) != v.end(); }
+
+}  // namespace
+
+Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt) {
+  Preview p;
+  p.artifact = runtime::is_artifact(path);
+  p.tokenizer = Tokenizer::load(path);
+  if (p.artifact) {
+    SINKQ_CHECK(!opt.recipe, "{} is a sinkq artifact (already quantized): a recipe applies to a model directory or "
+                "GGUF file", path);
+    const nlohmann::json r = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"), nullptr, false);
+    const nlohmann::json* pj = nullptr;
+    if (r.is_object() && r.contains("recipe") && r["recipe"].is_object() && r["recipe"].contains("prefix"))
+      pj = &r["recipe"]["prefix"];
+    p.has_prefix = pj && pj->is_object() && pj->contains("tokens") && (*pj)["tokens"].is_array();
+    p.prefix_min = p.has_prefix ? int64_t((*pj)["tokens"].size()) : 0;  // load_artifact validates it
+    p.prefix_name = "of the artifact";
+    p.max_position = ModelConfig::load(path + "/config.json").max_position_embeddings;
+    return p;
+  }
+  const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
+  p.has_prefix = r.prefix.requested();
+  p.prefix_name = "--prefix " + r.prefix.spec;
+  if (!r.prefix.tokens.empty()) p.prefix_min = int64_t(r.prefix.tokens.size());
+  else if (p.has_prefix)
+    p.prefix_min = r.prefix.spec == "auto" ? 1 : int64_t(sinkq::prefix_tokens(parse_prefix_spec(r.prefix.spec), *p.tokenizer, path).size());
+  p.max_position = GgufFile::looks_like_gguf(path) ? model_config_from_gguf(*GgufFile::open(path)).max_position_embeddings
+                                                   : ModelConfig::load(path + "/config.json").max_position_embeddings;
+  return p;
+}
+
+std::shared_ptr<const Engine> Engine::open(const std::string& path, const OpenOptions& opt) {
+  auto e = std::make_shared<Engine>();
+  e->path_ = path;
+  if (runtime::is_artifact(path)) {
+    SINKQ_CHECK(!opt.recipe, "{} is a sinkq artifact (already quantized): a recipe applies to a model directory or "
+                "GGUF file", path);
+    e->runtime_ = Runtime::Packed;
+    e->tokenizer_ = Tokenizer::load(path);
+    e->packed_ = std::make_shared<const runtime::QuantizedModel>(runtime::load_artifact(path));
+    e->model_ = e->packed_->model;
+    e->recipe_ = e->packed_->cfg;
+    e->prefix_ = e->packed_->prefix;
+    e->describe_ = "artifact " + path + ": " + e->packed_->describe();
+    e->artifact_json_ = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"));
+    if (e->prefix_) e->prefix_json_ = e->artifact_json_.at("recipe").at("prefix");
+  } else {
+    e->runtime_ = Runtime::Simulated;
+    const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
+    e->source_ = Model::load(path);
+    e->tokenizer_ = Tokenizer::load(path);
+    e->pipeline_ = std::make_shared<const quant::Pipeline>(quant::run_pipeline(r, e->source_, *e->tokenizer_, opt.pipeline));
+    e->model_ = e->pipeline_->sim.model;
+    e->recipe_ = e->pipeline_->sim.cfg;
+    e->prefix_ = e->pipeline_->sim.prefix;
+    e->prefix_json_ = e->pipeline_->prefix_json;
+    e->describe_ = e->recipe_.describe();
+  }
+  if (e->prefix_) e->prefix_tokens_ = e->prefix_->tokens();
+  e->prefix_has_bos_ = holds(e->prefix_tokens_, e->tokenizer_->bos_id());
+  return e;
+}
+
+nlohmann::json Engine::config_json() const {
+  if (runtime_ == Runtime::Packed) return {{"artifact", path_}, {"describe", describe_}, {"recipe", artifact_json_}};
+  nlohmann::json j = pipeline_->sim.to_json();
+  if (!pipeline_->calib_json.is_null()) j["calibration"]["data"] = pipeline_->calib_json;
+  return j;
+}
+
+void Engine::attach(Forward& fwd) const {
+  SINKQ_CHECK(&fwd.model() == model_.get(), "Engine::attach: the Forward runs another model");
+  if (packed_) packed_->attach(fwd);
+  else pipeline_->sim.attach(fwd);
+}
+
+std::unique_ptr<Session> Engine::new_session(int64_t ctx) const {
+  return std::make_unique<Session>(shared_from_this(), ctx);
+}
+
+std::shared_ptr<const Engine> Engine::reference() const {
+  auto ref = std::make_shared<Engine>();
+  ref->runtime_ = Runtime::Simulated;
+  ref->tokenizer_ = tokenizer_;
+  ref->recipe_ = quant::Recipe::from_preset("fp16");
+  std::shared_ptr<const Model> fp = source_;
+  std::string src = path_;
+  if (!fp) {
+    src = artifact_json_.at("source").value("model_dir", "");
+    SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
+                "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a model "
+                "directory or GGUF file here", src);
+    fp = Model::load(src);
+    SINKQ_CHECK(fp->config().vocab_size == config().vocab_size && fp->config().hidden_size == config().hidden_size,
+                "--kld: the source model {} does not match the artifact's shape", src);
+  }
+  ref->path_ = src;
+  ref->source_ = ref->model_ = fp;
+  ref->describe_ = "full precision " + src;
+  // The fp model behind the same prefix tokens, computed by itself at full precision (unrotated:
+  // the fp model is the reference, whatever basis the quantized one runs in).
+  if (!prefix_tokens_.empty()) ref->prefix_ = KvPrefix::compute(fp, prefix_tokens_);
+  ref->prefix_tokens_ = prefix_tokens_;
+  ref->prefix_has_bos_ = prefix_has_bos_;
+  auto sim = std::make_shared<quant::Pipeline>();
+  sim->sim.model = fp;
+  sim->sim.cfg = ref->recipe_;
+  sim->sim.prefix = ref->prefix_;
+  ref->pipeline_ = std::move(sim);
+  return ref;
+}
+
+std::vector<int32_t> Engine::encode_prompt(std::string_view text) const {
+  EncodeOptions enc;
+  enc.add_special = !prefix_has_bos_;  // the prefix carries [BOS]
+  return tokenizer_->encode(std::string(text), enc);
+}
+
+std::vector<int32_t> Engine::stop_ids() const {
+  std::vector<int32_t> ids(config().eos_token_ids.begin(), config().eos_token_ids.end());
+  if (tokenizer_->eos_id() >= 0 && !holds(ids, tokenizer_->eos_id())) ids.push_back(tokenizer_->eos_id());
+  return ids;
+}
+
+runtime::QuantizedModel Engine::pack(const runtime::QuantizeOptions& opt) const {
+  SINKQ_CHECK(runtime_ == Runtime::Simulated && pipeline_, "{} is already packed (a sinkq artifact)", path_);
+  runtime::QuantizedModel qm = runtime::build_quantized(pipeline_->sim, opt);
+  if (!pipeline_->calib_json.is_null()) qm.recipe["calibration_data"] = pipeline_->calib_json;
+  if (!pipeline_->prefix_json.is_null()) qm.recipe["prefix_resolution"] = pipeline_->prefix_json;
+  return qm;
+}
+
+}  // namespace sinkq

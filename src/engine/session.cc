@@ -1,0 +1,61 @@
+// sinkq/engine/session.cc — Session (include/sinkq/engine.h): one sequence over an Engine, its own
+// Forward behind the engine's prefix; scoring, generation and perplexity on it.
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "sinkq/engine.h"
+
+namespace sinkq {
+
+Session::Session(std::shared_ptr<const Engine> engine, int64_t ctx) : engine_(std::move(engine)) {
+  SINKQ_ASSERT(engine_ != nullptr);
+  SINKQ_CHECK(ctx >= 1 && ctx <= engine_->max_context(),
+              "a session of {} positions does not fit: the model has {} positions{}, so 1..{} are left", ctx,
+              engine_->config().max_position_embeddings,
+              engine_->prefix_size() ? fmt::format(" and a {}-token prefix", engine_->prefix_size()) : "",
+              engine_->max_context());
+  fwd_ = std::make_unique<Forward>(engine_->model(), ctx);
+  engine_->attach(*fwd_);
+}
+
+int64_t Session::capacity() const { return fwd_->body_capacity(); }
+int64_t Session::n_past() const { return fwd_->body_size(); }
+void Session::reset() { fwd_->reset(); }
+
+std::span<const float> Session::eval(std::span<const int32_t> tokens) {
+  SINKQ_CHECK(!tokens.empty(), "Session::eval: no tokens");
+  SINKQ_CHECK(n_past() + int64_t(tokens.size()) <= capacity(),
+              "{} tokens after {} do not fit the session's {} positions", tokens.size(), n_past(), capacity());
+  const int64_t vocab = engine_->config().vocab_size;
+  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary (0..{})", t, vocab - 1);
+  return fwd_->step(tokens, /*all_logits=*/false);
+}
+
+std::vector<double> Session::logprobs(std::span<const int32_t> tokens, int64_t from) {
+  const int64_t n = int64_t(tokens.size());
+  SINKQ_CHECK(from >= 1 && from <= n, "Session::logprobs: from = {} must be in 1..{} (the first token has no "
+              "context in the sequence)", from, n);
+  SINKQ_CHECK(n <= capacity(), "{} tokens do not fit the session's {} positions", n, capacity());
+  const int64_t vocab = engine_->config().vocab_size;
+  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary (0..{})", t, vocab - 1);
+  reset();
+  std::vector<double> out;
+  out.reserve(size_t(n - from));
+  // The context before `from` in one step without logits kept; then all logits of the rest.
+  if (from > 1) fwd_->step(tokens.first(size_t(from - 1)), /*all_logits=*/false);
+  const std::span<const float> logits = fwd_->step(tokens.subspan(size_t(from - 1)), /*all_logits=*/true);
+  for (int64_t i = from; i < n; ++i)
+    out.push_back(-token_nll(logits.data() + (i - from) * vocab, vocab, tokens[size_t(i)]));
+  return out;
+}
+
+GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
+                                 const std::function<bool(int32_t)>& on_token) {
+  return sinkq::generate(*fwd_, prompt, opt, on_token);
+}
+
+PplResult Session::perplexity(const std::vector<int32_t>& tokens, const PplOptions& opt, Session* reference) {
+  return sinkq::perplexity(*fwd_, tokens, opt, reference ? reference->fwd_.get() : nullptr);
+}
+
+}  // namespace sinkq

@@ -1,0 +1,180 @@
+// sinkq/quant/build_sim.cc — the calibrated pipeline build_sim (sim.h): prefix, rotation, the
+// weight clip search, fake-quantized weights, the static searches (calibrate.cc), in that order;
+// and calibrate_static_max, the plain abs-max static scales bench times configurations with.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include "core/error.h"
+#include "quant/calibrate.h"
+#include "quant/rotate.h"
+
+namespace sinkq::quant {
+
+using nlohmann::json;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+std::vector<StaticQuant> calibrate_static_max(Forward& fwd, const Recipe& cfg, std::span<const int32_t> tokens) {
+  SINKQ_CHECK(cfg.act_static(), "calibrate_static_max: the recipe has no static activations");
+  const ModelConfig& mc = fwd.model().config();
+  const int L = mc.num_layers;
+  Recipe plain = cfg;
+  plain.a.clip_grid = false;
+  plain.a.clip = 1.0f;
+  std::vector<Calibrator> cal;
+  for (int l = 0; l < L; ++l)
+    for (Site s : kLinearInputSites) cal.emplace_back(static_spec(plain, s, mc));
+  std::vector<int> handles;
+  for (int s = 0; s < 4; ++s)
+    handles.push_back(fwd.hooks().add(kLinearInputSites[s], -1, [&cal, s](SiteView& v) {
+      cal[size_t(v.layer) * 4 + size_t(s)].observe(v.data, v.tokens, v.features);
+    }));
+  fwd.reset();
+  fwd.step(tokens, /*all_logits=*/false);
+  for (int h : handles) fwd.hooks().remove(h);
+  fwd.reset();
+  std::vector<StaticQuant> out;
+  for (int l = 0; l < L; ++l)
+    for (int s = 0; s < 4; ++s)
+      out.push_back({kLinearInputSites[s], l, static_spec(plain, kLinearInputSites[s], mc), cal[size_t(l) * 4 + size_t(s)].params()});
+  return out;
+}
+
+namespace {
+
+std::string what_needs_calibration(const Recipe& cfg) {
+  std::string s;
+  auto add = [&s](const char* w) { s += (s.empty() ? "" : ", ") + std::string(w); };
+  if (cfg.weight_clip_grid()) add("--w-clip grid");
+  if (cfg.act_static()) add("--a-quant static");
+  if (cfg.kv_static()) add("--kv-quant static");
+  return s;
+}
+
+// "min–max" of a list of ratios (or the one value).
+std::string range_text(const json& ratios) {
+  double lo = 2, hi = -1;
+  for (const auto& r : ratios) lo = std::min(lo, r.get<double>()), hi = std::max(hi, r.get<double>());
+  return lo == hi ? fmt::format("{}", lo) : fmt::format("{}-{}", lo, hi);
+}
+
+}  // namespace
+
+SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
+                   std::span<const std::vector<int32_t>> calib_in, const CalibProgress& progress) {
+  SINKQ_ASSERT(base != nullptr);
+  cfg.validate();
+  const ModelConfig& mc = base->config();
+  cfg.check_layers(mc.num_layers);
+  const bool calibrate = cfg.needs_calibration();
+  const PrefixSim& px = cfg.prefix;
+  SINKQ_CHECK(px.spec.empty() || px.on(), "--prefix {}: the prefix tokens were not resolved before build_sim", px.spec);
+  const int64_t P = int64_t(px.tokens.size());
+  if (px.on()) {
+    SINKQ_CHECK(P < mc.max_position_embeddings, "--prefix: {} tokens leave no room in max_position_embeddings ({})",
+                P, mc.max_position_embeddings);
+    for (int32_t t : px.tokens)
+      SINKQ_CHECK(t >= 0 && t < mc.vocab_size, "--prefix: token id {} is outside the vocabulary ({})", t, mc.vocab_size);
+  }
+  // The calibration inputs behind the prefix (sim.h PrefixSim): a leading [BOS] dropped when the
+  // prefix holds one; source Quant: the prefix tokens inline in front of every body.
+  std::vector<std::vector<int32_t>> owned;
+  std::span<const std::vector<int32_t>> calib = calib_in;
+  if (calibrate) {
+    SINKQ_CHECK(!calib.empty(), "{} needs calibration data: give --calib FILE", what_needs_calibration(cfg));
+    for (size_t s = 0; s < calib.size(); ++s) SINKQ_CHECK(!calib[s].empty(), "calibration sample {} is empty (--calib)", s);
+    if (px.on()) {
+      for (const auto& s : calib_in) {
+        const size_t drop = px.strips_bos() && s[0] == px.bos_id ? 1 : 0;
+        std::vector<int32_t> body;
+        if (px.source == PrefixSim::Source::Quant) body = px.tokens;
+        body.insert(body.end(), s.begin() + long(drop), s.end());
+        SINKQ_CHECK(body.size() > (px.source == PrefixSim::Source::Quant ? px.tokens.size() : 0),
+                    "calibration sample of {} token(s) has no body left behind the prefix (--calib-len)", s.size());
+        owned.push_back(std::move(body));
+      }
+      calib = owned;
+    }
+    for (size_t s = 0; s < calib.size(); ++s) {
+      const int64_t n = int64_t(calib[s].size());
+      if (px.on() && px.source == PrefixSim::Source::Fp)
+        SINKQ_CHECK(P + n <= mc.max_position_embeddings,
+                    "the {}-token prefix (--prefix {}) plus a calibration body of {} tokens exceeds "
+                    "max_position_embeddings ({}): lower --calib-len to {} or less",
+                    P, px.spec.empty() ? "ids" : px.spec, n, mc.max_position_embeddings,
+                    mc.max_position_embeddings - P + (px.strips_bos() ? 1 : 0));
+      else if (px.on())
+        SINKQ_CHECK(n <= mc.max_position_embeddings,
+                    "the {}-token prefix (--prefix {}) inline before a calibration body of {} tokens exceeds "
+                    "max_position_embeddings ({}): lower --calib-len to {} or less",
+                    P, px.spec.empty() ? "ids" : px.spec, n - P, mc.max_position_embeddings,
+                    mc.max_position_embeddings - P + (px.strips_bos() ? 1 : 0));
+      else
+        SINKQ_CHECK(n <= mc.max_position_embeddings,
+                    "calibration sample {} has {} tokens, more than max_position_embeddings ({}): lower --calib-len",
+                    s, n, mc.max_position_embeddings);
+    }
+  }
+  if (cfg.rotate.on) check_rotatable(mc);
+  const auto t0 = Clock::now();
+  SimModel sm;
+  sm.cfg = cfg;
+  json report = json::object();
+  // 1. Rotation: every later step (searches included) sees the rotated model.
+  const std::shared_ptr<const Model> rotated = rotate_model(base, cfg.rotate);
+  // The fp prefix: the rotated fp model with its online rotations (the body's basis).
+  std::shared_ptr<const KvPrefix> fp_prefix;
+  if (px.on() && px.source == PrefixSim::Source::Fp)
+    fp_prefix = KvPrefix::compute(rotated, px.tokens, [&cfg](Forward& f) { attach_online_rotation(f, cfg.rotate); });
+  // 2. Weight clip grid search on the fp (rotated) model.
+  if (cfg.weight_clip_grid()) {
+    const auto t = Clock::now();
+    sm.weight_clip = search_weight_clips(rotated, cfg, calib, fp_prefix, progress, report);
+    report["weights"]["seconds"] = round4(seconds_since(t));
+  }
+  // 3. Weights fake-quantized (fixed ratio or the chosen ones).
+  sm.model = fake_quantize_weights(rotated, cfg, sm.weight_clip.empty() ? nullptr : &sm.weight_clip);
+  // 4. Static activation / KV scales on the quantized-weight model.
+  if (cfg.act_static() || cfg.kv_static()) {
+    const auto t = Clock::now();
+    sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report);
+    report["static_seconds"] = round4(seconds_since(t));
+  }
+  // 5. The prefix every Forward of the result runs behind.
+  if (fp_prefix) {
+    sm.prefix = fp_prefix;
+  } else if (px.on()) {
+    // IntactKV off: the quantized model's own rows for the prefix tokens (all its hooks on).
+    sm.prefix = KvPrefix::compute(sm.model, px.tokens, [&sm](Forward& f) { sm.attach_hooks(f); });
+  }
+  if (calibrate) {
+    int64_t tokens = 0;
+    for (const auto& s : calib) tokens += int64_t(s.size());
+    report["samples"] = calib.size();
+    if (px.on()) report["behind_prefix"] = px.source == PrefixSim::Source::Fp ? "fp prefix KV" : "prefix tokens inline";
+    report["tokens"] = tokens;
+    report["seconds"] = round4(seconds_since(t0));
+    std::string sum;
+    if (report.contains("weights"))
+      sum += fmt::format("weights clip mean {} ({:.1f}% of rows/groups clipped)", report["weights"]["mean_ratio"].get<double>(),
+                         100.0 * report["weights"]["clipped_fraction"].get<double>());
+    for (const char* part : {"activations", "kv"}) {
+      if (!report.contains(part)) continue;
+      for (const auto& [site, r] : report[part].items())
+        sum += fmt::format("{}{} clip {}", sum.empty() ? "" : "; ", site, range_text(r.at("ratio")));
+    }
+    report["summary"] = sum;
+    sm.calibration_report = std::move(report);
+  }
+  return sm;
+}
+
+}  // namespace sinkq::quant

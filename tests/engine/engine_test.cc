@@ -1,0 +1,182 @@
+// The library API (include/sinkq/engine.h): one Engine over a model directory (simulated), a GGUF
+// file and an artifact (packed); several sessions over one engine — interleaved and on two threads
+// at once — give exactly the logits of one session alone; logprobs are the teacher-forced
+// log-softmax; generation streams, stops on request, and equals eval::generate on a bare Forward.
+#include "sinkq/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+#include "runtime/artifact.h"
+#include "util/model_testutil.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::bit_equal;
+using testing::error_of;
+using testing::prompt;
+
+std::string stories() { return testing::shared_dir() + "/models/stories260K"; }
+std::string smol_gguf() { return testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf"; }
+
+std::vector<float> last_logits(Session& s, const std::vector<int32_t>& toks) {
+  s.reset();
+  const auto l = s.eval(toks);
+  return {l.begin(), l.end()};
+}
+
+// A simulated W4A8KV4 + [BOS] prefix engine and its packed artifact.
+struct Engines {
+  std::shared_ptr<const Engine> sim, packed;
+  testing::TempDir tmp;
+  Engines() {
+    OpenOptions oo;
+    oo.recipe = quant::Recipe::from_preset("w4a8kv4");
+    oo.recipe->prefix.spec = "bos";
+    sim = Engine::open(stories(), oo);
+    runtime::write_artifact(sim->pack(), stories(), tmp.file("art"));
+    packed = Engine::open(tmp.file("art"));
+  }
+};
+Engines& engines() {
+  static Engines e;
+  return e;
+}
+
+TEST(Engine, OpensModelsAndArtifacts) {
+  const Engines& e = engines();
+  EXPECT_EQ(e.sim->runtime(), Engine::Runtime::Simulated);
+  EXPECT_EQ(e.packed->runtime(), Engine::Runtime::Packed);
+  EXPECT_EQ(e.sim->prefix_tokens(), std::vector<int32_t>{1});
+  EXPECT_EQ(e.packed->prefix_tokens(), e.sim->prefix_tokens());
+  EXPECT_TRUE(e.sim->prefix_has_bos());
+  // Behind a [BOS] prefix a prompt gets no BOS of its own; without one it does.
+  EXPECT_NE(e.sim->encode_prompt("Once upon a time").front(), 1);
+  EXPECT_EQ(Engine::open(stories())->encode_prompt("Once upon a time").front(), 1);
+  EXPECT_EQ(e.packed->recipe().describe(), e.sim->recipe().describe());
+  EXPECT_THAT(e.packed->describe(), HasSubstr("artifact"));
+  EXPECT_EQ(e.packed->config_json().at("recipe").at("format"), "sinkq-artifact");
+  EXPECT_TRUE(e.sim->config_json().contains("weights"));
+  // An artifact takes no recipe; a session must fit behind the prefix.
+  OpenOptions oo;
+  oo.recipe = quant::Recipe::from_preset("w8a8");
+  EXPECT_THAT(error_of([&] { Engine::open(e.tmp.file("art"), oo); }), HasSubstr("already quantized"));
+  EXPECT_THAT(error_of([&] { e.sim->new_session(e.sim->config().max_position_embeddings); }),
+              HasSubstr("and a 1-token prefix"));
+  const Engine::Preview pv = Engine::preview(e.tmp.file("art"));
+  EXPECT_TRUE(pv.artifact);
+  EXPECT_EQ(pv.prefix_min, 1);
+  // A GGUF file opens like a directory.
+  const auto g = Engine::open(smol_gguf());
+  EXPECT_EQ(g->config().num_layers, 30);
+  EXPECT_EQ(Engine::preview(smol_gguf()).max_position, g->config().max_position_embeddings);
+}
+
+// Sessions share the weights and nothing else: interleaving two sessions, or running them on two
+// threads at once, gives bit for bit the logits of a session that ran alone.
+TEST(Engine, SessionsAreIndependent) {
+  for (const auto& eng : {engines().sim, engines().packed}) {
+    SCOPED_TRACE(eng->runtime_name());
+    const auto a = prompt(24, 1), b = prompt(31, 2);
+    std::vector<float> want_a, want_b;
+    {
+      auto s = eng->new_session(64);
+      want_a = last_logits(*s, a);
+      want_b = last_logits(*s, b);
+    }
+    auto s1 = eng->new_session(64), s2 = eng->new_session(64);
+    // Interleaved, token by token.
+    s1->reset();
+    s2->reset();
+    std::span<const float> l1, l2;
+    for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+      if (i < a.size()) l1 = s1->eval(std::span(&a[i], 1));
+      if (i < b.size()) l2 = s2->eval(std::span(&b[i], 1));
+    }
+    EXPECT_EQ(s1->n_past(), int64_t(a.size()));
+    // One token at a time and a whole prompt sum in different orders: compare loosely here, exactly below.
+    EXPECT_LE(testing::rel_diff(std::vector<float>(l1.begin(), l1.end()), want_a), 1e-4);
+    EXPECT_LE(testing::rel_diff(std::vector<float>(l2.begin(), l2.end()), want_b), 1e-4);
+    // Two threads, each its own session, at the same time.
+    std::vector<float> got_a, got_b;
+    std::thread t1([&] { got_a = last_logits(*s1, a); });
+    std::thread t2([&] { got_b = last_logits(*s2, b); });
+    t1.join();
+    t2.join();
+    EXPECT_TRUE(bit_equal(got_a, want_a));
+    EXPECT_TRUE(bit_equal(got_b, want_b));
+  }
+}
+
+// logprobs(tokens, from) = log_softmax of the logits after tokens[0..i) at tokens[i], as eval()
+// gives them one prefix at a time (tolerance: one step vs many sum in another order, 1e-4 rel).
+TEST(Engine, LogprobsAreTeacherForced) {
+  const auto& eng = engines().packed;
+  auto s = eng->new_session(64);
+  const auto toks = prompt(12, 3);
+  const std::vector<double> lp = s->logprobs(toks, 4);
+  ASSERT_EQ(lp.size(), toks.size() - 4);
+  const int64_t V = eng->config().vocab_size;
+  for (size_t i = 4; i < toks.size(); ++i) {
+    const std::vector<float> l = last_logits(*s, std::vector<int32_t>(toks.begin(), toks.begin() + long(i)));
+    const double want = -token_nll(l.data(), V, toks[i]);
+    EXPECT_NEAR(lp[i - 4], want, 1e-4 * std::max(1.0, std::abs(want))) << i;
+    EXPECT_LT(lp[i - 4], 0.0);
+  }
+  EXPECT_THAT(error_of([&] { s->logprobs(toks, 0); }), HasSubstr("from = 0"));
+  EXPECT_THAT(error_of([&] { s->eval(std::vector<int32_t>{int32_t(V)}); }), HasSubstr("outside the vocabulary"));
+}
+
+// generate on a session = eval::generate on a Forward attached by hand; on_token streams every
+// token and returning false stops there.
+TEST(Engine, GenerateStreamsAndStops) {
+  const auto& eng = engines().sim;
+  GenerateOptions go;
+  go.max_new_tokens = 12;
+  go.sampler.temperature = 0.0f;
+  const auto p = eng->encode_prompt("Once upon a time");
+  auto s = eng->new_session(64);
+  std::vector<int32_t> streamed;
+  const GenerateResult r = s->generate(p, go, [&](int32_t id) {
+    streamed.push_back(id);
+    return true;
+  });
+  EXPECT_EQ(streamed, r.generated);
+  EXPECT_EQ(r.generated.size(), 12u);
+  Forward f(eng->model(), 64);
+  eng->attach(f);
+  EXPECT_EQ(generate(f, p, go).generated, r.generated);
+  int n = 0;
+  const GenerateResult c = s->generate(p, go, [&](int32_t) { return ++n < 3; });
+  EXPECT_TRUE(c.cancelled);
+  EXPECT_EQ(c.generated, std::vector<int32_t>(r.generated.begin(), r.generated.begin() + 3));
+}
+
+// The KL reference of an artifact is its source model behind the same prefix: KLD of the packed
+// W4A8KV4 model against it is positive, and the reference against itself is exactly 0.
+TEST(Engine, ReferenceScoresTheSameTargets) {
+  const auto& eng = engines().packed;
+  const auto ref = eng->reference();
+  EXPECT_EQ(ref->prefix_tokens(), eng->prefix_tokens());
+  EXPECT_EQ(ref->model()->config().num_layers, eng->config().num_layers);
+  const auto toks = prompt(200, 4);
+  PplOptions po;
+  po.ctx = 64;
+  po.protocol = PplProtocol::Prefix;
+  auto s = eng->new_session(64), r = ref->new_session(64), r2 = ref->new_session(64);
+  const PplResult q = s->perplexity(toks, po, r.get());
+  const PplResult same = r2->perplexity(toks, po, r.get());
+  EXPECT_TRUE(q.has_kld);
+  EXPECT_GT(q.kld, 0.0);
+  EXPECT_EQ(same.kld, 0.0);
+  EXPECT_EQ(q.tokens_scored, same.tokens_scored);
+}
+
+}  // namespace
+}  // namespace sinkq

@@ -20,8 +20,8 @@
 //                      "bits"?, "group_size"?, "symmetric"?, "clip_ratio"?}, ...],
 //    "activations": {"bits", "mode", "granularity", "symmetric", "clip_ratio", "alpha", "columns"},
 //    "kv": {"bits", "mode", "granularity", "symmetric", "clip_ratio"},
-//    "rotation": {"on", "seed"}, "prefix": null|{"spec", "tokens", "source", "eta"},
-//    "calibration": null|{"file", "samples", "len", "seed", "grid"}}
+//    "rotation": {"on", "seed"}, "prefix": null|{"spec", "tokens", "source", "eta", "bos_id"},
+//    "calibration": null|{"file", "samples", "len", "seed", "grid", "weight_rows"}}
 // Keys that only describe (clip_search, matrices, sites, computed_by, ...) are written for the
 // reader and skipped on parse; any other unknown key is an error naming its path (a typo in a
 // hand-edited recipe must not be silently ignored). Negative layer indices count from the end

@@ -211,6 +211,19 @@ struct JsonReader {
     if (!(r > 0.0 && r <= 1.0)) bad(path, "must be in (0, 1] (or \"grid\"), got " + v.dump());
     return ClipSetting{false, float(r)};
   }
+  // An optional "clip_ratio" of object `o` at `path` into (grid, ratio).
+  void clip_field(const nlohmann::json& o, const std::string& path, bool& grid, float& ratio) const {
+    if (const nlohmann::json* v = find(o, "clip_ratio")) {
+      const ClipSetting cs = clip(*v, path + ".clip_ratio");
+      grid = cs.grid;
+      ratio = cs.ratio;
+    }
+  }
+  uint64_t unsigned64(const nlohmann::json& v, const std::string& path) const {
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+      bad(path, "must be a non-negative integer, got " + v.dump());
+    return v.get<uint64_t>();
+  }
   // Calls f with the parsed value of an enum name; its sinkq::Error becomes one naming the field.
   template <typename F>
   auto name(const nlohmann::json& v, const std::string& path, F&& parse) const {
@@ -238,11 +251,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jw, "bits")) c.w.bits = R.integer(*v, "weights.bits");
     if (const json* v = R.find(*jw, "group_size")) c.w.group = R.integer(*v, "weights.group_size");
     if (const json* v = R.find(*jw, "symmetric")) c.w.symmetric = R.boolean(*v, "weights.symmetric");
-    if (const json* v = R.find(*jw, "clip_ratio")) {
-      const ClipSetting cs = R.clip(*v, "weights.clip_ratio");
-      c.w.clip_grid = cs.grid;
-      c.w.clip = cs.ratio;
-    }
+    R.clip_field(*jw, "weights", c.w.clip_grid, c.w.clip);
   }
   if (const json* jr = R.find(j, "weight_rules")) {
     if (!jr->is_array()) R.bad("weight_rules", "must be an array of rules, got " + jr->dump());
@@ -290,11 +299,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*ja, "alpha")) c.a.alpha = float(R.number(*v, "activations.alpha"));
     if (const json* v = R.find(*ja, "columns"))
       c.a.cross_columns = R.name(*v, "activations.columns", [](const std::string& s) { return parse_column_mode(s); });
-    if (const json* v = R.find(*ja, "clip_ratio")) {
-      const ClipSetting cs = R.clip(*v, "activations.clip_ratio");
-      c.a.clip_grid = cs.grid;
-      c.a.clip = cs.ratio;
-    }
+    R.clip_field(*ja, "activations", c.a.clip_grid, c.a.clip);
     if (const json* v = R.find(*ja, "granularity")) {
       const std::string g = R.str(*v, "activations.granularity");
       const char* want = c.a.mode == ActMode::Static ? "per_tensor" : "per_token";
@@ -308,20 +313,12 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jk, "mode")) c.kv.mode = R.name(*v, "kv.mode", parse_kv_mode);
     if (const json* v = R.find(*jk, "granularity")) c.kv.granularity = R.name(*v, "kv.granularity", parse_kv_granularity);
     if (const json* v = R.find(*jk, "symmetric")) c.kv.symmetric = R.boolean(*v, "kv.symmetric");
-    if (const json* v = R.find(*jk, "clip_ratio")) {
-      const ClipSetting cs = R.clip(*v, "kv.clip_ratio");
-      c.kv.clip_grid = cs.grid;
-      c.kv.clip = cs.ratio;
-    }
+    R.clip_field(*jk, "kv", c.kv.clip_grid, c.kv.clip);
   }
   if (const json* jr = R.find(j, "rotation")) {
     R.keys(*jr, "rotation", {"on", "seed"}, {"r1", "r2", "r3", "r4"});
     if (const json* v = R.find(*jr, "on")) c.rotate.on = R.boolean(*v, "rotation.on");
-    if (const json* v = R.find(*jr, "seed")) {
-      if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
-        R.bad("rotation.seed", "must be a non-negative integer, got " + v->dump());
-      c.rotate.seed = v->get<uint64_t>();
-    }
+    if (const json* v = R.find(*jr, "seed")) c.rotate.seed = R.unsigned64(*v, "rotation.seed");
   }
   if (const json* jp = R.find(j, "prefix"); jp && !jp->is_null()) {
     R.keys(*jp, "prefix", {"spec", "tokens", "source", "eta", "bos_id"},
@@ -343,11 +340,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jc, "file")) c.calib.file = R.str(*v, "calibration.file");
     if (const json* v = R.find(*jc, "samples")) c.calib.samples = R.int64(*v, "calibration.samples");
     if (const json* v = R.find(*jc, "len")) c.calib.len = R.int64(*v, "calibration.len");
-    if (const json* v = R.find(*jc, "seed")) {
-      if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0))
-        R.bad("calibration.seed", "must be a non-negative integer, got " + v->dump());
-      c.calib.seed = v->get<uint64_t>();
-    }
+    if (const json* v = R.find(*jc, "seed")) c.calib.seed = R.unsigned64(*v, "calibration.seed");
     if (const json* v = R.find(*jc, "grid")) {
       if (!v->is_array() || v->empty()) R.bad("calibration.grid", "must be a non-empty list of ratios, got " + v->dump());
       c.calib.grid.clear();

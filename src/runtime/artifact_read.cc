@@ -127,7 +127,6 @@ QuantizedModel load_artifact(const std::string& dir) {
   // writes — a field dropped or added by hand is an error, not a default.
   const json& rj = L.field(r, "", "recipe");
   qm.cfg = quant::Recipe::from_json(rj, L.recipe_path, "recipe");
-  qm.cfg.check_layers(mc.num_layers);
   if (const std::string d = quant::json_first_difference(qm.cfg.to_json(), rj, "recipe"); !d.empty())
     fail("{}: field '{}': not as this recipe writes it (edited by hand?): the artifact does not match its recipe",
          L.recipe_path, d);
@@ -136,6 +135,7 @@ QuantizedModel load_artifact(const std::string& dir) {
     for (const auto& [k, v] : r.at("provenance").items()) qm.recipe[k] = v;
   const bool tied = L.get_bool(r, "", "lm_head_tied");
   try {
+    qm.cfg.check_layers(mc.num_layers);
     check_runnable(qm.cfg);
   } catch (const Error& e) {
     fail("{}: field 'recipe': {}", L.recipe_path, e.what());

@@ -48,12 +48,13 @@ struct QuantizedModel {
   // The packed model: LayerWeights::impl of every layer holds a PackedLinear; embeddings, norms,
   // lm_head (and the Mats' shapes / names) are the simulator's model's, possibly rounded.
   std::shared_ptr<const Model> model;
-  quant::Recipe cfg;                    // what was simulated (rotation, calibration, prefix)
+  quant::Recipe cfg;                       // what was simulated (rotation, calibration, prefix)
   RuntimeConfig rt;                        // what the kernels run (derived from cfg + statics)
   std::optional<KvScheme> kv;              // the packed KV cache (with its static k / v params); none: fp32
   std::shared_ptr<const KvPrefix> prefix;  // full-precision KV prefix; null = none
   // SimModel::to_json() (the configuration and "calibration_result"), plus whatever the caller
-  // adds (the artifact writes it into sinkq_recipe.json under "sim").
+  // adds (calibration_data, prefix_resolution): the artifact writes cfg.to_json() as "recipe" and
+  // the keys beyond it as "provenance".
   nlohmann::json recipe;
 
   // Registers on fwd (which must run `model`) the online rotations (R3 at q/k, R4 at down_in,

@@ -14,7 +14,7 @@ ctest --test-dir build --output-on-failure -j"$(nproc)"
 # Hosts differ: some expose AVX-512 (VNNI), others only AVX2 (the hypervisor hides AVX-512), and
 # OpenBLAS picks its kernels per CPU too. On an AVX-512 host the ISA-sensitive layers run a second
 # time as an AVX2-only host runs them; on an AVX2 host the first pass already was that path.
-isa_layers='^(formats|kernels|lowbit|quant|model|runtime|calib|eval|engine)$'
+isa_layers='^(formats|kernels|lowbit|quant|model|runtime|calib|eval|engine|train)$'
 if grep -qw avx512f /proc/cpuinfo; then
   echo "test: second pass on the AVX2 path (SINKQ_ISA=avx2 OPENBLAS_CORETYPE=Haswell): $isa_layers"
   SINKQ_ISA=avx2 OPENBLAS_CORETYPE=Haswell ctest --test-dir build --output-on-failure -j"$(nproc)" -L "$isa_layers"

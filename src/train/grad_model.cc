@@ -1,0 +1,304 @@
+// sinkq/train/grad_model.cc — loss and gradient of the whole model (grad_model.h): the training
+// forward with its tape, and the backward of every op in reverse order.
+#include "train/grad_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "train/grad_ops.h"
+
+namespace sinkq::train {
+
+namespace {
+
+template <typename R>
+std::vector<R> widen(const Mat& m) {
+  std::vector<float> f(size_t(m.rows * m.cols));
+  to_f32(m.dtype, m.data, f.data(), f.size());
+  return std::vector<R>(f.begin(), f.end());
+}
+
+template <typename R>
+std::vector<R> widen(const float* p, int64_t n) {
+  return p ? std::vector<R>(p, p + n) : std::vector<R>{};
+}
+
+// What the backward needs of one layer.
+template <typename R>
+struct LayerTape {
+  std::vector<R> x_in, xn1, rstd1, q, k, v, att, probs, x_mid, xn2, rstd2, g, u, h;
+};
+
+template <typename R>
+struct Tape {
+  std::vector<LayerTape<R>> layers;
+  std::vector<R> x_last, xf, rstdf, logits;
+  std::vector<int32_t> pos;
+};
+
+template <typename R>
+AttnDims dims(const ModelConfig& c, int64_t P, int64_t T) {
+  AttnDims a;
+  a.nh = c.num_heads;
+  a.nkv = c.num_kv_heads;
+  a.D = c.head_dim;
+  a.window = c.sliding_window;
+  a.P = P;
+  a.T = T;
+  return a;
+}
+
+template <typename R>
+void check_inputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                  std::span<const int32_t> targets, const PrefixKv<R>* prefix) {
+  SINKQ_CHECK(!tokens.empty() && tokens.size() == targets.size(), "train: {} tokens and {} targets", tokens.size(),
+              targets.size());
+  SINKQ_CHECK(int64_t(p.layers.size()) == c.num_layers, "train: {} layers of parameters, the config has {}",
+              p.layers.size(), c.num_layers);
+  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < c.vocab_size, "train: token id {} is outside the vocabulary", t);
+  for (int32_t t : targets) SINKQ_CHECK(t < c.vocab_size, "train: target id {} is outside the vocabulary", t);
+  const int64_t P = prefix ? prefix->P : 0;
+  SINKQ_CHECK(P + int64_t(tokens.size()) <= c.max_position_embeddings,
+              "train: prefix {} + {} tokens exceed max_position_embeddings {}", P, tokens.size(),
+              c.max_position_embeddings);
+  if (prefix)
+    SINKQ_CHECK(int64_t(prefix->k.size()) == c.num_layers && int64_t(prefix->v.size()) == c.num_layers,
+                "train: the prefix has {} layers, the model {}", prefix->k.size(), c.num_layers);
+}
+
+template <typename R>
+R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+              std::span<const int32_t> targets, const PrefixKv<R>* prefix, Tape<R>& tp, const KvNudge& nudge,
+              std::vector<R>* dlogits) {
+  check_inputs(c, p, tokens, targets, prefix);
+  const RopeTable rope = RopeTable::make(c.rope());
+  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
+                KV = c.kv_dim(), V = c.vocab_size, P = prefix ? prefix->P : 0;
+  const AttnDims ad = dims<R>(c, P, T);
+  tp.pos.resize(size_t(T));
+  for (int64_t t = 0; t < T; ++t) tp.pos[size_t(t)] = int32_t(P + t);
+  std::vector<R> x(size_t(T * H)), tmp(size_t(T * H));
+  embed_forward(p.embed.data(), tokens, x.data(), H);
+  tp.layers.resize(size_t(c.num_layers));
+  for (int l = 0; l < c.num_layers; ++l) {
+    const auto& w = p.layers[size_t(l)];
+    LayerTape<R>& L = tp.layers[size_t(l)];
+    L.x_in = x;
+    L.xn1.resize(size_t(T * H));
+    L.rstd1.resize(size_t(T));
+    rmsnorm_forward(x.data(), w.attn_norm.data(), L.xn1.data(), L.rstd1.data(), T, H, c.rms_norm_eps);
+    L.q.resize(size_t(T * Q));
+    L.k.resize(size_t(T * KV));
+    L.v.resize(size_t(T * KV));
+    auto bias = [](const std::vector<R>& b) { return b.empty() ? nullptr : b.data(); };
+    linear_forward(L.xn1.data(), w.wq.data(), bias(w.bq), L.q.data(), T, H, Q);
+    linear_forward(L.xn1.data(), w.wk.data(), bias(w.bk), L.k.data(), T, H, KV);
+    linear_forward(L.xn1.data(), w.wv.data(), bias(w.bv), L.v.data(), T, H, KV);
+    if (nudge.layer == l) (nudge.value ? L.v : L.k)[size_t(nudge.index)] += R(nudge.delta);
+    rope_forward(rope, L.q.data(), T, c.num_heads, tp.pos);
+    rope_forward(rope, L.k.data(), T, c.num_kv_heads, tp.pos);
+    L.att.resize(size_t(T * Q));
+    L.probs.resize(size_t(int64_t(c.num_heads) * T * (P + T)));
+    attention_forward(ad, L.q.data(), L.k.data(), L.v.data(), prefix ? prefix->k[size_t(l)].data() : nullptr,
+                      prefix ? prefix->v[size_t(l)].data() : nullptr, L.att.data(), L.probs.data());
+    linear_forward(L.att.data(), w.wo.data(), static_cast<const R*>(nullptr), tmp.data(), T, Q, H);
+    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
+    L.x_mid = x;
+    L.xn2.resize(size_t(T * H));
+    L.rstd2.resize(size_t(T));
+    rmsnorm_forward(x.data(), w.mlp_norm.data(), L.xn2.data(), L.rstd2.data(), T, H, c.rms_norm_eps);
+    L.g.resize(size_t(T * I));
+    L.u.resize(size_t(T * I));
+    L.h.resize(size_t(T * I));
+    linear_forward(L.xn2.data(), w.w_gate.data(), static_cast<const R*>(nullptr), L.g.data(), T, H, I);
+    linear_forward(L.xn2.data(), w.w_up.data(), static_cast<const R*>(nullptr), L.u.data(), T, H, I);
+    swiglu_forward(L.g.data(), L.u.data(), L.h.data(), T * I);
+    linear_forward(L.h.data(), w.w_down.data(), static_cast<const R*>(nullptr), tmp.data(), T, I, H);
+    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
+  }
+  tp.x_last = x;
+  tp.xf.resize(size_t(T * H));
+  tp.rstdf.resize(size_t(T));
+  rmsnorm_forward(x.data(), p.final_norm.data(), tp.xf.data(), tp.rstdf.data(), T, H, c.rms_norm_eps);
+  const std::vector<R>& head = p.lm_head.empty() ? p.embed : p.lm_head;
+  tp.logits.resize(size_t(T * V));
+  linear_forward(tp.xf.data(), head.data(), static_cast<const R*>(nullptr), tp.logits.data(), T, H, V);
+  if (dlogits) dlogits->resize(size_t(T * V));
+  return cross_entropy(tp.logits.data(), targets, V, dlogits ? dlogits->data() : nullptr);
+}
+
+}  // namespace
+
+template <typename R>
+Params<R> Params<R>::from_model(const Model& m) {
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  Params p;
+  p.embed = widen<R>(w.embed);
+  if (w.lm_head.data != w.embed.data) p.lm_head = widen<R>(w.lm_head);
+  p.final_norm = widen<R>(w.final_norm, c.hidden_size);
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& lw = w.layers[size_t(l)];
+    for (int i = 0; i < kNumLinearRoles; ++i)
+      SINKQ_CHECK(!lw.impl_of(i), "train: layer {} runs packed linears, which have no trainable weights", l);
+    Layer L;
+    L.attn_norm = widen<R>(lw.attn_norm, c.hidden_size);
+    L.mlp_norm = widen<R>(lw.mlp_norm, c.hidden_size);
+    L.wq = widen<R>(lw.wq);
+    L.wk = widen<R>(lw.wk);
+    L.wv = widen<R>(lw.wv);
+    L.wo = widen<R>(lw.wo);
+    L.w_gate = widen<R>(lw.w_gate);
+    L.w_up = widen<R>(lw.w_up);
+    L.w_down = widen<R>(lw.w_down);
+    L.bq = widen<R>(lw.bq, c.q_dim());
+    L.bk = widen<R>(lw.bk, c.kv_dim());
+    L.bv = widen<R>(lw.bv, c.kv_dim());
+    p.layers.push_back(std::move(L));
+  }
+  return p;
+}
+
+template <typename R>
+Params<R> Params<R>::zeros_like() const {
+  Params z = *this;
+  z.for_each([](const std::string&, std::vector<R>& v) { std::fill(v.begin(), v.end(), R(0)); });
+  return z;
+}
+
+template <typename R>
+void Params<R>::for_each(const std::function<void(const std::string&, std::vector<R>&)>& f) {
+  auto visit = [&f](const std::string& n, std::vector<R>& v) {
+    if (!v.empty()) f(n, v);
+  };
+  visit("model.embed_tokens.weight", embed);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    Layer& L = layers[l];
+    const std::string pre = fmt::format("model.layers.{}.", l);
+    visit(pre + "input_layernorm.weight", L.attn_norm);
+    visit(pre + "self_attn.q_proj.weight", L.wq);
+    visit(pre + "self_attn.q_proj.bias", L.bq);
+    visit(pre + "self_attn.k_proj.weight", L.wk);
+    visit(pre + "self_attn.k_proj.bias", L.bk);
+    visit(pre + "self_attn.v_proj.weight", L.wv);
+    visit(pre + "self_attn.v_proj.bias", L.bv);
+    visit(pre + "self_attn.o_proj.weight", L.wo);
+    visit(pre + "post_attention_layernorm.weight", L.mlp_norm);
+    visit(pre + "mlp.gate_proj.weight", L.w_gate);
+    visit(pre + "mlp.up_proj.weight", L.w_up);
+    visit(pre + "mlp.down_proj.weight", L.w_down);
+  }
+  visit("model.norm.weight", final_norm);
+  visit("lm_head.weight", lm_head);
+}
+
+template <typename R>
+void Params<R>::for_each(const std::function<void(const std::string&, const std::vector<R>&)>& f) const {
+  const_cast<Params*>(this)->for_each([&f](const std::string& n, std::vector<R>& v) { f(n, v); });
+}
+
+template <typename R>
+PrefixKv<R> PrefixKv<R>::from(const KvPrefix& p) {
+  PrefixKv out;
+  out.P = p.size();
+  for (int l = 0; l < p.num_layers(); ++l) {
+    const KvSegment s = p.segment(l);
+    const int64_t n = s.rows * p.kv_dim();
+    out.k.emplace_back(s.k, s.k + n);
+    out.v.emplace_back(s.v, s.v + n);
+  }
+  return out;
+}
+
+template <typename R>
+R loss(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+       const std::type_identity_t<PrefixKv<R>>* prefix, std::type_identity_t<std::vector<R>>* logits,
+       const KvNudge& nudge) {
+  Tape<R> tp;
+  const R l = run_forward(c, p, tokens, targets, prefix, tp, nudge, static_cast<std::vector<R>*>(nullptr));
+  if (logits) *logits = std::move(tp.logits);
+  return l;
+}
+
+template <typename R>
+Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix) {
+  Tape<R> tp;
+  std::vector<R> dlogits;
+  Gradients<R> g;
+  g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, &dlogits);
+  g.params = p.zeros_like();
+  const RopeTable rope = RopeTable::make(c.rope());
+  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
+                KV = c.kv_dim(), V = c.vocab_size, P = prefix ? prefix->P : 0;
+  const AttnDims ad = dims<R>(c, P, T);
+  g.k_pre.resize(size_t(c.num_layers));
+  g.v.resize(size_t(c.num_layers));
+  if (prefix) {
+    g.prefix_k.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
+    g.prefix_v.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
+  }
+  // Head and final norm.
+  const bool tied = p.lm_head.empty();
+  const std::vector<R>& head = tied ? p.embed : p.lm_head;
+  std::vector<R>& dhead = tied ? g.params.embed : g.params.lm_head;
+  std::vector<R> dxf(size_t(T * H)), dx(size_t(T * H));
+  linear_backward(dlogits.data(), tp.xf.data(), head.data(), dxf.data(), dhead.data(), static_cast<R*>(nullptr), T, H, V);
+  rmsnorm_backward(dxf.data(), tp.x_last.data(), p.final_norm.data(), tp.rstdf.data(), dx.data(),
+                   g.params.final_norm.data(), T, H);
+  std::vector<R> dh, dg, du, dxn(size_t(T * H)), datt, dq, dk, dv;
+  for (int l = c.num_layers - 1; l >= 0; --l) {
+    const auto& w = p.layers[size_t(l)];
+    auto& gw = g.params.layers[size_t(l)];
+    const LayerTape<R>& L = tp.layers[size_t(l)];
+    // MLP: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))); dx is d x_out and flows on unchanged.
+    dh.assign(size_t(T * I), R(0));
+    linear_backward(dx.data(), L.h.data(), w.w_down.data(), dh.data(), gw.w_down.data(), static_cast<R*>(nullptr), T, I, H);
+    dg.assign(size_t(T * I), R(0));
+    du.assign(size_t(T * I), R(0));
+    swiglu_backward(dh.data(), L.g.data(), L.u.data(), dg.data(), du.data(), T * I);
+    std::fill(dxn.begin(), dxn.end(), R(0));
+    linear_backward(dg.data(), L.xn2.data(), w.w_gate.data(), dxn.data(), gw.w_gate.data(), static_cast<R*>(nullptr), T, H, I);
+    linear_backward(du.data(), L.xn2.data(), w.w_up.data(), dxn.data(), gw.w_up.data(), static_cast<R*>(nullptr), T, H, I);
+    rmsnorm_backward(dxn.data(), L.x_mid.data(), w.mlp_norm.data(), L.rstd2.data(), dx.data(), gw.mlp_norm.data(), T, H);
+    // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)).
+    datt.assign(size_t(T * Q), R(0));
+    linear_backward(dx.data(), L.att.data(), w.wo.data(), datt.data(), gw.wo.data(), static_cast<R*>(nullptr), T, Q, H);
+    dq.assign(size_t(T * Q), R(0));
+    dk.assign(size_t(T * KV), R(0));
+    dv.assign(size_t(T * KV), R(0));
+    attention_backward(ad, datt.data(), L.q.data(), L.k.data(), L.v.data(),
+                       prefix ? prefix->k[size_t(l)].data() : nullptr, prefix ? prefix->v[size_t(l)].data() : nullptr,
+                       L.probs.data(), dq.data(), dk.data(), dv.data(),
+                       prefix ? g.prefix_k[size_t(l)].data() : nullptr, prefix ? g.prefix_v[size_t(l)].data() : nullptr);
+    rope_backward(rope, dq.data(), T, c.num_heads, tp.pos);
+    rope_backward(rope, dk.data(), T, c.num_kv_heads, tp.pos);
+    g.k_pre[size_t(l)] = dk;
+    g.v[size_t(l)] = dv;
+    std::fill(dxn.begin(), dxn.end(), R(0));
+    auto db = [](std::vector<R>& b) { return b.empty() ? nullptr : b.data(); };
+    linear_backward(dq.data(), L.xn1.data(), w.wq.data(), dxn.data(), gw.wq.data(), db(gw.bq), T, H, Q);
+    linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gw.wk.data(), db(gw.bk), T, H, KV);
+    linear_backward(dv.data(), L.xn1.data(), w.wv.data(), dxn.data(), gw.wv.data(), db(gw.bv), T, H, KV);
+    rmsnorm_backward(dxn.data(), L.x_in.data(), w.attn_norm.data(), L.rstd1.data(), dx.data(), gw.attn_norm.data(), T, H);
+  }
+  embed_backward(dx.data(), tokens, g.params.embed.data(), H);
+  return g;
+}
+
+template struct Params<float>;
+template struct Params<double>;
+template struct PrefixKv<float>;
+template struct PrefixKv<double>;
+template float loss(const ModelConfig&, const Params<float>&, std::span<const int32_t>, std::span<const int32_t>,
+                    const PrefixKv<float>*, std::vector<float>*, const KvNudge&);
+template double loss(const ModelConfig&, const Params<double>&, std::span<const int32_t>, std::span<const int32_t>,
+                     const PrefixKv<double>*, std::vector<double>*, const KvNudge&);
+template Gradients<float> loss_and_grad(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
+                                        std::span<const int32_t>, const PrefixKv<float>*);
+template Gradients<double> loss_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
+                                         std::span<const int32_t>, const PrefixKv<double>*);
+
+}  // namespace sinkq::train

@@ -1,0 +1,84 @@
+// sinkq/train/grad_model.h — the whole model's loss and its gradient: a training forward over one
+// sequence that keeps what the backward needs (the tape), then the backward of every op in reverse
+// (grad_ops.h). Gradients of every parameter, of each layer's Keys before RoPE and Values (what
+// KVQuant's Fisher information squares, KVQuant §3.3 / App. C), and of the full-precision KV prefix
+// (what IntactKV+Cal trains, IntactKV §3.2).
+//
+// The forward is the engine's (model/model.h Forward::layer: RMSNorm → q/k/v (+bias) → RoPE →
+// causal GQA attention over [prefix; sequence] → o_proj → residual → RMSNorm → SwiGLU → down_proj →
+// residual; final norm → lm_head) in R = float or double, on an R copy of the weights (Params).
+// R = double is what finite differences check (tests/train); float is what training will run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "model/kv_prefix.h"
+#include "model/model.h"
+
+namespace sinkq::train {
+
+// The trainable copy of a model's weights in R. Linear weights [out, in]; biases empty when the
+// model has none; lm_head empty when tied to the embeddings.
+template <typename R>
+struct Params {
+  struct Layer {
+    std::vector<R> attn_norm, wq, bq, wk, bk, wv, bv, wo, mlp_norm, w_gate, w_up, w_down;
+  };
+  std::vector<R> embed, lm_head, final_norm;
+  std::vector<Layer> layers;
+
+  // Widened from the model's tensors (any dtype). Packed linears (LayerWeights::impl) cannot be
+  // trained: sinkq::Error naming the layer.
+  static Params from_model(const Model& m);
+  // The same shapes, all zeros (a gradient buffer).
+  Params zeros_like() const;
+  // Calls f(name, tensor) for every tensor, in a fixed order (HF names: "model.layers.0.self_attn.
+  // q_proj.weight", ...); empty tensors are skipped.
+  void for_each(const std::function<void(const std::string&, std::vector<R>&)>& f);
+  void for_each(const std::function<void(const std::string&, const std::vector<R>&)>& f) const;
+};
+
+// The full-precision KV prefix in R: per layer K (after RoPE, as KvPrefix stores it) and V rows,
+// [P, kv_dim] each, at positions 0..P-1.
+template <typename R>
+struct PrefixKv {
+  int64_t P = 0;
+  std::vector<std::vector<R>> k, v;
+  static PrefixKv from(const KvPrefix& p);
+};
+
+// An additive change of one pre-RoPE key or value element before it is used (finite-difference
+// tests of the K / V gradients).
+struct KvNudge {
+  int layer = -1;  // -1: none
+  bool value = false;
+  int64_t index = 0;  // into [T, kv_dim]
+  double delta = 0;
+};
+
+template <typename R>
+struct Gradients {
+  R loss = 0;
+  Params<R> params;                          // d loss / d every weight (tied: into embed)
+  std::vector<std::vector<R>> k_pre, v;      // per layer [T, kv_dim]: d loss / d (K before RoPE), d V
+  std::vector<std::vector<R>> prefix_k, prefix_v;  // per layer [P, kv_dim] (empty without a prefix)
+};
+
+// Mean cross-entropy of targets[t] (< 0: not scored) after tokens[0..t], the sequence at positions
+// P.. behind `prefix` (null: none). logits (if given) receives [T, vocab].
+template <typename R>
+R loss(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+       const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
+       std::type_identity_t<std::vector<R>>* logits = nullptr, const KvNudge& nudge = {});
+
+// The loss and its gradient with respect to everything above.
+template <typename R>
+Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
+
+}  // namespace sinkq::train

@@ -237,4 +237,22 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
   }
 }
 
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  // Fixed blocks of 64 rows of C, each one single-threaded sgemm: a row of C is computed by one
+  // call whatever the thread count, so the result does not depend on it.
+  constexpr int64_t kRows = 64;
+  const int64_t nblocks = (M + kRows - 1) / kRows;
+  const int nt = detail::threads_for(double(M) * double(N) * double(K) / 25.0);
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t b = 0; b < nblocks; ++b) {
+    blas_single_threaded();
+    const int64_t r0 = b * kRows, m = std::min(kRows, M - r0);
+    const float* a = trans_a ? A + r0 : A + r0 * lda;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
+                int(N), int(K), alpha, a, int(lda), B, int(ldb), beta, C + r0 * ldc, int(ldc));
+  }
+}
+
 }  // namespace sinkq

@@ -85,6 +85,13 @@ struct KvSegment {
 void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
                const float* v_cache, int64_t n_past, int64_t T, float* out);
 
+// C[M, N] = alpha·op(A)·op(B) + beta·C, row-major fp32, op(X) = Xᵀ when its flag is set (A is
+// [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]); leading dimensions as BLAS's. OpenBLAS
+// sgemm on fixed 64-row blocks of C spread over the threads (results independent of the thread
+// count). The training code's linear layers (train/grad_ops.h) run on it.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
 namespace ref {
 // Scalar references: straightforward loops, double accumulation where it clarifies intent.
 void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y);

@@ -224,12 +224,15 @@ R loss(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens
 
 template <typename R>
 Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix) {
+                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix,
+                           bool param_grads) {
   Tape<R> tp;
   std::vector<R> dlogits;
   Gradients<R> g;
   g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, &dlogits);
-  g.params = p.zeros_like();
+  if (param_grads) g.params = p.zeros_like();
+  // The weights' gradient buffers, or null (skipped) without param_grads.
+  auto gp = [param_grads](std::vector<R>& v) { return param_grads && !v.empty() ? v.data() : nullptr; };
   const RopeTable rope = RopeTable::make(c.rope());
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
                 KV = c.kv_dim(), V = c.vocab_size, P = prefix ? prefix->P : 0;
@@ -243,29 +246,30 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
   // Head and final norm.
   const bool tied = p.lm_head.empty();
   const std::vector<R>& head = tied ? p.embed : p.lm_head;
-  std::vector<R>& dhead = tied ? g.params.embed : g.params.lm_head;
+  R* dhead = param_grads ? (tied ? g.params.embed : g.params.lm_head).data() : nullptr;
   std::vector<R> dxf(size_t(T * H)), dx(size_t(T * H));
-  linear_backward(dlogits.data(), tp.xf.data(), head.data(), dxf.data(), dhead.data(), static_cast<R*>(nullptr), T, H, V);
+  linear_backward(dlogits.data(), tp.xf.data(), head.data(), dxf.data(), dhead, static_cast<R*>(nullptr), T, H, V);
   rmsnorm_backward(dxf.data(), tp.x_last.data(), p.final_norm.data(), tp.rstdf.data(), dx.data(),
-                   g.params.final_norm.data(), T, H);
+                   gp(g.params.final_norm), T, H);
   std::vector<R> dh, dg, du, dxn(size_t(T * H)), datt, dq, dk, dv;
+  typename Params<R>::Layer no_grads;  // all empty: gp() gives null, nothing is written
   for (int l = c.num_layers - 1; l >= 0; --l) {
     const auto& w = p.layers[size_t(l)];
-    auto& gw = g.params.layers[size_t(l)];
+    auto& gw = param_grads ? g.params.layers[size_t(l)] : no_grads;
     const LayerTape<R>& L = tp.layers[size_t(l)];
     // MLP: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))); dx is d x_out and flows on unchanged.
     dh.assign(size_t(T * I), R(0));
-    linear_backward(dx.data(), L.h.data(), w.w_down.data(), dh.data(), gw.w_down.data(), static_cast<R*>(nullptr), T, I, H);
+    linear_backward(dx.data(), L.h.data(), w.w_down.data(), dh.data(), gp(gw.w_down), static_cast<R*>(nullptr), T, I, H);
     dg.assign(size_t(T * I), R(0));
     du.assign(size_t(T * I), R(0));
     swiglu_backward(dh.data(), L.g.data(), L.u.data(), dg.data(), du.data(), T * I);
     std::fill(dxn.begin(), dxn.end(), R(0));
-    linear_backward(dg.data(), L.xn2.data(), w.w_gate.data(), dxn.data(), gw.w_gate.data(), static_cast<R*>(nullptr), T, H, I);
-    linear_backward(du.data(), L.xn2.data(), w.w_up.data(), dxn.data(), gw.w_up.data(), static_cast<R*>(nullptr), T, H, I);
-    rmsnorm_backward(dxn.data(), L.x_mid.data(), w.mlp_norm.data(), L.rstd2.data(), dx.data(), gw.mlp_norm.data(), T, H);
+    linear_backward(dg.data(), L.xn2.data(), w.w_gate.data(), dxn.data(), gp(gw.w_gate), static_cast<R*>(nullptr), T, H, I);
+    linear_backward(du.data(), L.xn2.data(), w.w_up.data(), dxn.data(), gp(gw.w_up), static_cast<R*>(nullptr), T, H, I);
+    rmsnorm_backward(dxn.data(), L.x_mid.data(), w.mlp_norm.data(), L.rstd2.data(), dx.data(), gp(gw.mlp_norm), T, H);
     // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)).
     datt.assign(size_t(T * Q), R(0));
-    linear_backward(dx.data(), L.att.data(), w.wo.data(), datt.data(), gw.wo.data(), static_cast<R*>(nullptr), T, Q, H);
+    linear_backward(dx.data(), L.att.data(), w.wo.data(), datt.data(), gp(gw.wo), static_cast<R*>(nullptr), T, Q, H);
     dq.assign(size_t(T * Q), R(0));
     dk.assign(size_t(T * KV), R(0));
     dv.assign(size_t(T * KV), R(0));
@@ -278,13 +282,12 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
     g.k_pre[size_t(l)] = dk;
     g.v[size_t(l)] = dv;
     std::fill(dxn.begin(), dxn.end(), R(0));
-    auto db = [](std::vector<R>& b) { return b.empty() ? nullptr : b.data(); };
-    linear_backward(dq.data(), L.xn1.data(), w.wq.data(), dxn.data(), gw.wq.data(), db(gw.bq), T, H, Q);
-    linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gw.wk.data(), db(gw.bk), T, H, KV);
-    linear_backward(dv.data(), L.xn1.data(), w.wv.data(), dxn.data(), gw.wv.data(), db(gw.bv), T, H, KV);
-    rmsnorm_backward(dxn.data(), L.x_in.data(), w.attn_norm.data(), L.rstd1.data(), dx.data(), gw.attn_norm.data(), T, H);
+    linear_backward(dq.data(), L.xn1.data(), w.wq.data(), dxn.data(), gp(gw.wq), gp(gw.bq), T, H, Q);
+    linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gp(gw.wk), gp(gw.bk), T, H, KV);
+    linear_backward(dv.data(), L.xn1.data(), w.wv.data(), dxn.data(), gp(gw.wv), gp(gw.bv), T, H, KV);
+    rmsnorm_backward(dxn.data(), L.x_in.data(), w.attn_norm.data(), L.rstd1.data(), dx.data(), gp(gw.attn_norm), T, H);
   }
-  embed_backward(dx.data(), tokens, g.params.embed.data(), H);
+  if (param_grads) embed_backward(dx.data(), tokens, g.params.embed.data(), H);
   return g;
 }
 
@@ -297,8 +300,8 @@ template float loss(const ModelConfig&, const Params<float>&, std::span<const in
 template double loss(const ModelConfig&, const Params<double>&, std::span<const int32_t>, std::span<const int32_t>,
                      const PrefixKv<double>*, std::vector<double>*, const KvNudge&);
 template Gradients<float> loss_and_grad(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
-                                        std::span<const int32_t>, const PrefixKv<float>*);
+                                        std::span<const int32_t>, const PrefixKv<float>*, bool);
 template Gradients<double> loss_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
-                                         std::span<const int32_t>, const PrefixKv<double>*);
+                                         std::span<const int32_t>, const PrefixKv<double>*, bool);
 
 }  // namespace sinkq::train

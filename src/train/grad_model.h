@@ -76,9 +76,12 @@ R loss(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens
        const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
        std::type_identity_t<std::vector<R>>* logits = nullptr, const KvNudge& nudge = {});
 
-// The loss and its gradient with respect to everything above.
+// The loss and its gradient with respect to everything above. param_grads = false skips the
+// weights' gradients (params stays empty; about half the backward's work): what the Fisher
+// information of K and V needs.
 template <typename R>
 Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
+                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
+                           bool param_grads = true);
 
 }  // namespace sinkq::train

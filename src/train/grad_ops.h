@@ -1,8 +1,8 @@
 // sinkq/train/grad_ops.h — the forward pass's operators with their backward, as plain functions
 // (llm.c style), templated on the scalar type R: R = double is the reference that finite
-// differences check (tests/train/grad_ops_test.cc), R = float is what training runs, threaded
-// with OpenMP where an op's work pays for it (the linear layers). Both instantiate the same
-// source, so the float path is the double path's arithmetic in fp32.
+// differences check (tests/train/grad_ops_test.cc), R = float is what training runs: the linear
+// layers on sgemm (kernels/ops.h gemm; the double loops are their reference, tests/train
+// FloatPathMatchesDouble), attention threaded over heads with OpenMP, the rest the same source.
 //
 // Conventions. Activations are [T, features] row-major, weights [out, in] (HF nn.Linear), a whole
 // training sequence at once (positions P.., P = the prefix length). Every backward ADDS its input
@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -27,6 +28,13 @@ namespace sinkq::train {
 
 template <typename R>
 void linear_forward(const R* x, const R* W, const R* b, R* y, int64_t T, int64_t in, int64_t out) {
+  if constexpr (std::is_same_v<R, float>) {  // the fast path: sgemm (kernels/ops.h gemm)
+    gemm(false, true, T, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+    if (b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < out; ++o) y[t * out + o] += b[o];
+    return;
+  }
 #pragma omp parallel for schedule(static) if (T * in * out > (1 << 18))
   for (int64_t t = 0; t < T; ++t)
     for (int64_t o = 0; o < out; ++o) {
@@ -42,6 +50,14 @@ void linear_forward(const R* x, const R* W, const R* b, R* y, int64_t T, int64_t
 // Threads split dx by token and dW / db by output row: no two threads write one element.
 template <typename R>
 void linear_backward(const R* dy, const R* x, const R* W, R* dx, R* dW, R* db, int64_t T, int64_t in, int64_t out) {
+  if constexpr (std::is_same_v<R, float>) {  // dx += dy·W, dW += dyᵀ·x on sgemm
+    if (dx) gemm(false, false, T, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+    if (dW) gemm(true, false, out, in, T, 1.0f, dy, out, x, in, 1.0f, dW, in);
+    if (db)
+      for (int64_t o = 0; o < out; ++o)
+        for (int64_t t = 0; t < T; ++t) db[o] += dy[t * out + o];
+    return;
+  }
   const bool big = T * in * out > (1 << 18);
   if (dx) {
 #pragma omp parallel for schedule(static) if (big)

@@ -189,6 +189,13 @@ TEST(GradModel, FloatPathMatchesDouble) {
     ++k;
   });
   EXPECT_EQ(k, d.size());
+  // Without the weights' gradients: the same K / V gradients, no parameter buffers.
+  const auto gkv = loss_and_grad(c, Params<float>::from_model(*m), toks, targets, nullptr, /*param_grads=*/false);
+  EXPECT_TRUE(gkv.params.embed.empty());
+  for (int l = 0; l < c.num_layers; ++l) {
+    EXPECT_EQ(gkv.k_pre[size_t(l)], gf.k_pre[size_t(l)]);
+    EXPECT_EQ(gkv.v[size_t(l)], gf.v[size_t(l)]);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@ void register_analyze(CLI::App& app);
 void register_prefix(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_ladder(CLI::App& app);
+void register_calib(CLI::App& app);
 
 // Flags every model command shares, declared once here.
 struct CommonFlags {

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   sinkq::cli::register_prefix(app);
   sinkq::cli::register_quantize(app);
   sinkq::cli::register_ladder(app);
+  sinkq::cli::register_calib(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

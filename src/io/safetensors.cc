@@ -315,58 +315,82 @@ std::vector<const TensorInfo*> TensorStore::all() const {
 // ---------------------------------------------------------------------------------------------
 // Writer
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::vector<TensorSpec> tensors,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(path), w_(path) {
   // Layout order: element size descending, then name. The data section starts at a multiple of
   // 8 (header padded), so every tensor then starts at a multiple of its own element size — the
   // same rule torch/safetensors uses — and readers may load F32 data through aligned pointers.
-  std::vector<const TensorToWrite*> order;
   std::set<std::string_view> names;
-  for (const auto& t : tensors) {
-    SINKQ_CHECK(!t.name.empty() && t.name != "__metadata__", "{}: invalid tensor name '{}'", path,
-                t.name);
+  for (const TensorSpec& t : tensors) {
+    SINKQ_CHECK(!t.name.empty() && t.name != "__metadata__", "{}: invalid tensor name '{}'", path, t.name);
     SINKQ_CHECK(names.insert(t.name).second, "{}: tensor '{}' given twice", path, t.name);
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) {
-      SINKQ_CHECK(d >= 0, "{}: tensor '{}': negative dimension {}", path, t.name, d);
-      numel *= uint64_t(d);
-    }
+    for (int64_t d : t.shape) SINKQ_CHECK(d >= 0, "{}: tensor '{}': negative dimension {}", path, t.name, d);
     SINKQ_CHECK(t.raw_dtype.empty() || raw_dtype_size(t.raw_dtype) != 0,
                 "{}: tensor '{}': unknown raw dtype '{}' (U8, I8, I32)", path, t.name, t.raw_dtype);
-    const size_t elem = t.raw_dtype.empty() ? dtype_size(t.dtype) : raw_dtype_size(t.raw_dtype);
-    SINKQ_CHECK(numel * elem == t.bytes.size(),
-                "{}: tensor '{}': shape [{}] of {} needs {} bytes, got {}", path, t.name,
-                fmt::join(t.shape, ", "), t.raw_dtype.empty() ? dtype_name(t.dtype) : t.raw_dtype,
-                numel * elem, t.bytes.size());
-    order.push_back(&t);
   }
-  auto elem_size = [](const TensorToWrite* t) {
-    return t->raw_dtype.empty() ? dtype_size(t->dtype) : raw_dtype_size(t->raw_dtype);
-  };
-  std::sort(order.begin(), order.end(), [&](const TensorToWrite* a, const TensorToWrite* b) {
+  auto elem_size = [](const TensorSpec& t) { return t.raw_dtype.empty() ? dtype_size(t.dtype) : raw_dtype_size(t.raw_dtype); };
+  std::sort(tensors.begin(), tensors.end(), [&](const TensorSpec& a, const TensorSpec& b) {
     const size_t sa = elem_size(a), sb = elem_size(b);
-    return sa != sb ? sa > sb : a->name < b->name;
+    return sa != sb ? sa > sb : a.name < b.name;
   });
-
   json h = json::object();
   uint64_t off = 0;
-  for (const TensorToWrite* t : order) {
-    h[t->name] = {{"dtype", t->raw_dtype.empty() ? std::string(dtype_name(t->dtype)) : t->raw_dtype},
-                  {"shape", t->shape},
-                  {"data_offsets", {off, off + t->bytes.size()}}};
-    off += t->bytes.size();
+  for (const TensorSpec& t : tensors) {
+    uint64_t numel = 1;
+    for (int64_t d : t.shape) numel *= uint64_t(d);
+    const uint64_t bytes = numel * elem_size(t);
+    h[t.name] = {{"dtype", t.raw_dtype.empty() ? std::string(dtype_name(t.dtype)) : t.raw_dtype},
+                 {"shape", t.shape},
+                 {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+    order_.push_back({t, bytes});
   }
   if (!metadata.empty()) h["__metadata__"] = metadata;
   std::string header = h.dump();  // keys sorted (std::map): deterministic
   header.append((8 - header.size() % 8) % 8, ' ');
   const uint64_t n = header.size();
-
-  AtomicFileWriter w(path);
   char len[8];
   std::memcpy(len, &n, 8);
-  w.write(len, 8);
-  w.write(header);
-  for (const TensorToWrite* t : order) w.write(t->bytes.data(), t->bytes.size());
+  w_.write(len, 8);
+  w_.write(header);
+}
+
+const std::string& SafetensorsStreamWriter::next_name() const {
+  static const std::string none;
+  return next_ < order_.size() ? order_[next_].first.name : none;
+}
+
+void SafetensorsStreamWriter::write(const std::string& name, std::span<const std::byte> bytes) {
+  SINKQ_CHECK(next_ < order_.size(), "{}: tensor '{}' written after the last one", path_, name);
+  const auto& [spec, size] = order_[next_];
+  SINKQ_CHECK(name == spec.name, "{}: tensor '{}' written where '{}' comes next", path_, name, spec.name);
+  SINKQ_CHECK(bytes.size() == size, "{}: tensor '{}': shape [{}] of {} needs {} bytes, got {}", path_, name,
+              fmt::join(spec.shape, ", "), spec.raw_dtype.empty() ? dtype_name(spec.dtype) : spec.raw_dtype, size,
+              bytes.size());
+  w_.write(bytes.data(), bytes.size());
+  ++next_;
+}
+
+void SafetensorsStreamWriter::commit() {
+  SINKQ_CHECK(next_ == order_.size(), "{}: {} of {} tensors written ('{}' is missing)", path_, next_, order_.size(),
+              next_name());
+  w_.commit();
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsStreamWriter::TensorSpec> specs;
+  std::map<std::string_view, const TensorToWrite*> by_name;
+  for (const TensorToWrite& t : tensors) {
+    specs.push_back({t.name, t.dtype, t.shape, t.raw_dtype});
+    by_name[t.name] = &t;
+  }
+  SafetensorsStreamWriter w(path, std::move(specs), metadata);
+  while (!w.done()) {
+    const TensorToWrite* t = by_name.at(w.next_name());
+    w.write(t->name, t->bytes);
+  }
   w.commit();
 }
 

@@ -102,4 +102,31 @@ size_t raw_dtype_size(std::string_view name);
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// The same file written tensor by tensor, for outputs too large to hold (calibration statistics of
+// every layer and sample): the shapes are declared up front (the header goes first), then each
+// tensor's bytes are given in the file's data order (next_name(): element size descending, then
+// name), streamed to a temp file that commit() renames onto `path` (core/mmap.h AtomicFileWriter:
+// nothing is left behind without commit). Errors name the path and tensor.
+class SafetensorsStreamWriter {
+ public:
+  struct TensorSpec {
+    std::string name;
+    DType dtype = DType::F32;
+    std::vector<int64_t> shape;
+    std::string raw_dtype = {};
+  };
+  SafetensorsStreamWriter(const std::string& path, std::vector<TensorSpec> tensors,
+                          const std::map<std::string, std::string>& metadata = {});
+  const std::string& next_name() const;  // "" when every tensor was written
+  bool done() const { return next_ == order_.size(); }
+  void write(const std::string& name, std::span<const std::byte> bytes);
+  void commit();
+
+ private:
+  std::string path_;
+  AtomicFileWriter w_;
+  std::vector<std::pair<TensorSpec, uint64_t>> order_;  // data order, byte sizes
+  size_t next_ = 0;
+};
+
 }  // namespace sinkq

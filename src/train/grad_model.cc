@@ -28,7 +28,7 @@ std::vector<R> widen(const float* p, int64_t n) {
 // What the backward needs of one layer.
 template <typename R>
 struct LayerTape {
-  std::vector<R> x_in, xn1, rstd1, q, k, v, att, probs, x_mid, xn2, rstd2, g, u, h;
+  std::vector<R> x_in, xn1, rstd1, q, k_pre, k, v, att, probs, x_mid, xn2, rstd2, g, u, h;
 };
 
 template <typename R>
@@ -97,6 +97,7 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
     linear_forward(L.xn1.data(), w.wk.data(), bias(w.bk), L.k.data(), T, H, KV);
     linear_forward(L.xn1.data(), w.wv.data(), bias(w.bv), L.v.data(), T, H, KV);
     if (nudge.layer == l) (nudge.value ? L.v : L.k)[size_t(nudge.index)] += R(nudge.delta);
+    L.k_pre = L.k;
     rope_forward(rope, L.q.data(), T, c.num_heads, tp.pos);
     rope_forward(rope, L.k.data(), T, c.num_kv_heads, tp.pos);
     L.att.resize(size_t(T * Q));
@@ -239,6 +240,8 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
   const AttnDims ad = dims<R>(c, P, T);
   g.k_pre.resize(size_t(c.num_layers));
   g.v.resize(size_t(c.num_layers));
+  g.k_pre_values.resize(size_t(c.num_layers));
+  g.v_values.resize(size_t(c.num_layers));
   if (prefix) {
     g.prefix_k.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
     g.prefix_v.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
@@ -281,6 +284,8 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
     rope_backward(rope, dk.data(), T, c.num_kv_heads, tp.pos);
     g.k_pre[size_t(l)] = dk;
     g.v[size_t(l)] = dv;
+    g.k_pre_values[size_t(l)] = L.k_pre;
+    g.v_values[size_t(l)] = L.v;
     std::fill(dxn.begin(), dxn.end(), R(0));
     linear_backward(dq.data(), L.xn1.data(), w.wq.data(), dxn.data(), gp(gw.wq), gp(gw.bq), T, H, Q);
     linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gp(gw.wk), gp(gw.bk), T, H, KV);

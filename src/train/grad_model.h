@@ -66,6 +66,7 @@ struct Gradients {
   R loss = 0;
   Params<R> params;                          // d loss / d every weight (tied: into embed)
   std::vector<std::vector<R>> k_pre, v;      // per layer [T, kv_dim]: d loss / d (K before RoPE), d V
+  std::vector<std::vector<R>> k_pre_values, v_values;  // per layer [T, kv_dim]: those activations
   std::vector<std::vector<R>> prefix_k, prefix_v;  // per layer [P, kv_dim] (empty without a prefix)
 };
 

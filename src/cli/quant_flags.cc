@@ -67,6 +67,12 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
   g.prefix_source = cmd.add_option("--prefix-source", o->prefix_source,
                                    "Who computes the prefix KV: fp (default; IntactKV on) | quant (the quantized model "
                                    "itself; IntactKV off baseline)");
+  g.prefix_train = cmd.add_option("--prefix-train", o->prefix_train,
+                                  "IntactKV+Cal: train the prefix KV for N epochs on the calibration samples (AdamW; "
+                                  "weight-only recipes; needs --calib)");
+  g.prefix_train_lr = cmd.add_option("--prefix-train-lr", o->prefix_train_lr, "--prefix-train learning rate (default 2e-4)");
+  g.prefix_train_batch = cmd.add_option("--prefix-train-batch", o->prefix_train_batch,
+                                        "--prefix-train samples per optimiser step (default 16)");
   g.prefix_eta = cmd.add_option("--prefix-eta", o->prefix_eta,
                                 "--prefix auto: outlier threshold eta, token-wise max / median at down_proj's input (default 64)");
   return o;
@@ -81,7 +87,8 @@ std::string QuantFlags::first_given() const {
                               given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
                               given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
-                              given.prefix, given.prefix_source, given.prefix_eta};
+                              given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
+                              given.prefix_train_lr, given.prefix_train_batch};
   for (const CLI::Option* o : all)
     if (was_given(o)) return o->get_name();
   return "";
@@ -104,7 +111,8 @@ quant::Recipe QuantFlags::config() const {
     SINKQ_CHECK(!c.calib.file.empty(), "{} needs calibration data: give --calib FILE",
                 c.weight_clip_grid() ? "--w-clip grid"
                 : c.act_static()     ? "--a-quant static"
-                                     : "--kv-quant static");
+                : c.kv_static()      ? "--kv-quant static"
+                                     : "--prefix-train");
   if (c.prefix.spec == "auto")
     SINKQ_CHECK(!c.calib.file.empty(), "--prefix auto finds the outlier tokens on calibration data: give --calib FILE");
   return c;
@@ -191,6 +199,15 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   if (was_given(g.prefix_source)) {
     SINKQ_CHECK(!c.prefix.spec.empty(), "--prefix-source needs a prefix (--prefix bos|auto|ids:..|text:..|system:..)");
     c.prefix.source = quant::parse_prefix_source(prefix_source);
+  }
+  if (was_given(g.prefix_train)) c.prefix.train_epochs = prefix_train;
+  if (was_given(g.prefix_train_lr)) {
+    SINKQ_CHECK(c.prefix.train_epochs > 0, "--prefix-train-lr needs --prefix-train N");
+    c.prefix.train_lr = prefix_train_lr;
+  }
+  if (was_given(g.prefix_train_batch)) {
+    SINKQ_CHECK(c.prefix.train_epochs > 0, "--prefix-train-batch needs --prefix-train N");
+    c.prefix.train_batch = prefix_train_batch;
   }
   if (was_given(g.prefix_eta)) {
     SINKQ_CHECK(c.prefix.spec == "auto", "--prefix-eta applies to --prefix auto only");

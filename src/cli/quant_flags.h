@@ -10,6 +10,7 @@
 //   --rotate --rotate-seed S
 //   --calib FILE --calib-samples N --calib-len L --calib-seed S
 //   --prefix none|bos|auto|ids:..|text:..|system:..  --prefix-source fp|quant  --prefix-eta E
+//   --prefix-train N [--prefix-train-lr LR] [--prefix-train-batch B]  (IntactKV+Cal)
 //
 // QuantFlags::config(): the preset first, then every flag that was given overrides its field;
 // every value is checked and errors name the flag. Flags not given keep the preset's value.
@@ -45,6 +46,9 @@ struct QuantFlags {
   std::string prefix;                 // --prefix as given ("" = not given; "none" = no prefix)
   std::string prefix_source = "fp";   // --prefix-source
   double prefix_eta = 64.0;           // --prefix-eta: η of --prefix auto (PrefixQuant §5.1)
+  int prefix_train = 0;               // --prefix-train N: IntactKV+Cal epochs
+  double prefix_train_lr = 2e-4;
+  int prefix_train_batch = 16;
 
   // Which flags were given (set by add_quant_flags; null = never declared = not given).
   struct Given {
@@ -56,6 +60,7 @@ struct QuantFlags {
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
     CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr;
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;
+    CLI::Option *prefix_train = nullptr, *prefix_train_lr = nullptr, *prefix_train_batch = nullptr;
   } given;
 
   // The configuration: preset, then given flags; validated (errors name the flag). The prefix is

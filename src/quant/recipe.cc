@@ -136,6 +136,13 @@ void Recipe::validate() const {
               "--prefix-source quant needs a prefix (--prefix)");
   for (int32_t t : prefix.tokens) SINKQ_CHECK(t >= 0, "--prefix: negative token id {}", t);
   SINKQ_CHECK(prefix.eta > 0, "--prefix-eta must be > 0 (got {})", prefix.eta);
+  SINKQ_CHECK(prefix.train_epochs >= 0, "--prefix-train must be >= 0 epochs (got {})", prefix.train_epochs);
+  SINKQ_CHECK(prefix.train_lr > 0, "--prefix-train-lr must be > 0 (got {})", prefix.train_lr);
+  SINKQ_CHECK(prefix.train_batch >= 1, "--prefix-train-batch must be >= 1 (got {})", prefix.train_batch);
+  SINKQ_CHECK(prefix.train_epochs == 0 || prefix.requested(),
+              "--prefix-train trains the KV prefix (IntactKV+Cal): give a prefix (--prefix bos|auto|ids:..|text:..|system:..)");
+  SINKQ_CHECK(prefix.train_epochs == 0 || prefix.source == PrefixSim::Source::Fp,
+              "--prefix-train trains the full-precision prefix: it needs --prefix-source fp");
   for (size_t i = 0; i < weight_rules.size(); ++i) {
     const WeightRule& r = weight_rules[i];
     const std::string f = fmt::format("weight_rules[{}]", i);
@@ -268,11 +275,14 @@ std::string Recipe::describe() const {
   }
   for (const WeightRule& r : weight_rules) s += " | " + r.describe();
   if (rotate.on) s += fmt::format(" | rotate seed={}", rotate.seed);
+  const bool train = prefix.train_epochs > 0;
   if (prefix.requested()) {
     std::string ids;
     for (int32_t t : prefix.tokens) ids += fmt::format("{}{}", ids.empty() ? "" : ",", t);
     s += fmt::format(" | prefix {}{} source={}", prefix.spec.empty() ? "ids" : prefix.spec,
                      ids.empty() ? "" : " [" + ids + "]", prefix_source_name(prefix.source));
+    if (train)
+      s += fmt::format(" trained {} epochs lr={} batch={}", prefix.train_epochs, prefix.train_lr, prefix.train_batch);
   }
   if (needs_calibration())
     s += fmt::format(" | calib {} {}x{} seed={}", calib.file.empty() ? "(none)" : calib.file, calib.samples,

@@ -20,7 +20,8 @@
 //                      "bits"?, "group_size"?, "symmetric"?, "clip_ratio"?}, ...],
 //    "activations": {"bits", "mode", "granularity", "symmetric", "clip_ratio", "alpha", "columns"},
 //    "kv": {"bits", "mode", "granularity", "symmetric", "clip_ratio"},
-//    "rotation": {"on", "seed"}, "prefix": null|{"spec", "tokens", "source", "eta", "bos_id"},
+//    "rotation": {"on", "seed"},
+//    "prefix": null|{"spec", "tokens", "source", "eta", "bos_id", "train"?: {"epochs", "lr", "batch"}},
 //    "calibration": null|{"file", "samples", "len", "seed", "grid", "weight_rows"}}
 // Keys that only describe (clip_search, matrices, sites, computed_by, ...) are written for the
 // reader and skipped on parse; any other unknown key is an error naming its path (a typo in a
@@ -187,6 +188,11 @@ struct PrefixSim {
   Source source = Source::Fp;
   int32_t bos_id = -1;           // the tokenizer's [BOS] (-1: none): see "[BOS]" above
   double eta = 64.0;             // --prefix auto: the outlier threshold η (calib/prefix.h)
+  // IntactKV+Cal (train/intactkv_cal.h): the prefix KV trained on the calibration samples after
+  // build_sim; 0 epochs = off (--prefix-train N, --prefix-train-lr, --prefix-train-batch).
+  int train_epochs = 0;
+  double train_lr = 2e-4;
+  int train_batch = 16;
   bool on() const { return !tokens.empty(); }
   bool requested() const { return !spec.empty() || !tokens.empty(); }
   // Whether a body sample's leading [BOS] is dropped behind this prefix.
@@ -246,7 +252,9 @@ struct Recipe {
   bool act_static() const { return a.on() && a.mode == ActMode::Static; }
   bool kv_static() const { return kv.on() && kv.mode == KvMode::Static; }
   // Whether build_sim needs calibration samples: weight clip grid, static activations or KV.
-  bool needs_calibration() const { return weight_clip_grid() || act_static() || kv_static(); }
+  bool needs_calibration() const {
+    return weight_clip_grid() || act_static() || kv_static() || prefix.train_epochs > 0;
+  }
   // Throws sinkq::Error naming the CLI flag of the offending field (--w-bits, --a-quant, ...).
   void validate() const;
   // The model-dependent check: every layer a weight rule names exists (error naming the rule).

@@ -135,6 +135,8 @@ nlohmann::json Recipe::to_json() const {
                                        : "the quantized model itself (IntactKV off baseline)"},
                    {"calibration_behind_prefix", prefix.source == PrefixSim::Source::Fp},
                    {"body_drops_leading_bos", prefix.strips_bos()}};
+    if (prefix.train_epochs > 0)
+      j["prefix"]["train"] = {{"epochs", prefix.train_epochs}, {"lr", prefix.train_lr}, {"batch", prefix.train_batch}};
   } else {
     j["prefix"] = nullptr;
   }
@@ -321,7 +323,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jr, "seed")) c.rotate.seed = R.unsigned64(*v, "rotation.seed");
   }
   if (const json* jp = R.find(j, "prefix"); jp && !jp->is_null()) {
-    R.keys(*jp, "prefix", {"spec", "tokens", "source", "eta", "bos_id"},
+    R.keys(*jp, "prefix", {"spec", "tokens", "source", "eta", "bos_id", "train"},
            {"computed_by", "calibration_behind_prefix", "body_drops_leading_bos"});
     if (const json* v = R.find(*jp, "spec")) c.prefix.spec = R.str(*v, "prefix.spec");
     if (const json* v = R.find(*jp, "tokens")) {
@@ -332,6 +334,12 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jp, "source")) c.prefix.source = R.name(*v, "prefix.source", parse_prefix_source);
     if (const json* v = R.find(*jp, "eta")) c.prefix.eta = R.number(*v, "prefix.eta");
     if (const json* v = R.find(*jp, "bos_id")) c.prefix.bos_id = R.integer(*v, "prefix.bos_id");
+    if (const json* t = R.find(*jp, "train")) {
+      R.keys(*t, "prefix.train", {"epochs", "lr", "batch"});
+      if (const json* v = R.find(*t, "epochs")) c.prefix.train_epochs = R.integer(*v, "prefix.train.epochs");
+      if (const json* v = R.find(*t, "lr")) c.prefix.train_lr = R.number(*v, "prefix.train.lr");
+      if (const json* v = R.find(*t, "batch")) c.prefix.train_batch = R.integer(*v, "prefix.train.batch");
+    }
     if (c.prefix.spec.empty() && c.prefix.tokens.empty()) R.bad("prefix", "needs a spec or tokens (or null for none)");
   }
   if (const json* jc = R.find(j, "calibration"); jc && !jc->is_null()) {

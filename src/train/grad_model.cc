@@ -71,7 +71,7 @@ void check_inputs(const ModelConfig& c, const Params<R>& p, std::span<const int3
 template <typename R>
 R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
               std::span<const int32_t> targets, const PrefixKv<R>* prefix, Tape<R>& tp, const KvNudge& nudge,
-              std::vector<R>* dlogits) {
+              std::vector<R>* dlogits, const std::vector<std::vector<R>>* layer_targets = nullptr) {
   check_inputs(c, p, tokens, targets, prefix);
   const RopeTable rope = RopeTable::make(c.rope());
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
@@ -120,6 +120,18 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
     for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
   }
   tp.x_last = x;
+  if (layer_targets) {  // 1/2·Σ_l ||out_l − y_l||² / T (IntactKV §3.2, eq. 2, per token)
+    SINKQ_CHECK(int64_t(layer_targets->size()) == c.num_layers, "train: {} layer targets for {} layers",
+                layer_targets->size(), c.num_layers);
+    R sum = 0;
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::vector<R>& out = l + 1 < c.num_layers ? tp.layers[size_t(l + 1)].x_in : tp.x_last;
+      const std::vector<R>& y = (*layer_targets)[size_t(l)];
+      SINKQ_CHECK(y.size() == out.size(), "train: layer {} target has {} values, the output {}", l, y.size(), out.size());
+      for (size_t i = 0; i < y.size(); ++i) sum += (out[i] - y[i]) * (out[i] - y[i]);
+    }
+    return R(0.5) * sum / R(T);
+  }
   tp.xf.resize(size_t(T * H));
   tp.rstdf.resize(size_t(T));
   rmsnorm_forward(x.data(), p.final_norm.data(), tp.xf.data(), tp.rstdf.data(), T, H, c.rms_norm_eps);
@@ -223,14 +235,16 @@ R loss(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens
   return l;
 }
 
+namespace {
+
 template <typename R>
-Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix,
-                           bool param_grads) {
+Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                       std::span<const int32_t> targets, const PrefixKv<R>* prefix, bool param_grads,
+                       const std::vector<std::vector<R>>* layer_targets) {
   Tape<R> tp;
   std::vector<R> dlogits;
   Gradients<R> g;
-  g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, &dlogits);
+  g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, layer_targets ? nullptr : &dlogits, layer_targets);
   if (param_grads) g.params = p.zeros_like();
   // The weights' gradient buffers, or null (skipped) without param_grads.
   auto gp = [param_grads](std::vector<R>& v) { return param_grads && !v.empty() ? v.data() : nullptr; };
@@ -246,14 +260,25 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
     g.prefix_k.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
     g.prefix_v.assign(size_t(c.num_layers), std::vector<R>(size_t(P * KV)));
   }
-  // Head and final norm.
-  const bool tied = p.lm_head.empty();
-  const std::vector<R>& head = tied ? p.embed : p.lm_head;
-  R* dhead = param_grads ? (tied ? g.params.embed : g.params.lm_head).data() : nullptr;
-  std::vector<R> dxf(size_t(T * H)), dx(size_t(T * H));
-  linear_backward(dlogits.data(), tp.xf.data(), head.data(), dxf.data(), dhead, static_cast<R*>(nullptr), T, H, V);
-  rmsnorm_backward(dxf.data(), tp.x_last.data(), p.final_norm.data(), tp.rstdf.data(), dx.data(),
-                   gp(g.params.final_norm), T, H);
+  std::vector<R> dx(size_t(T * H));
+  // The gradient of the layer-MSE objective at layer l's output, added where dx is that output's.
+  auto add_layer_term = [&](int l) {
+    const std::vector<R>& out = l + 1 < c.num_layers ? tp.layers[size_t(l + 1)].x_in : tp.x_last;
+    const std::vector<R>& y = (*layer_targets)[size_t(l)];
+    for (size_t i = 0; i < dx.size(); ++i) dx[i] += (out[i] - y[i]) / R(T);
+  };
+  if (layer_targets) {
+    add_layer_term(c.num_layers - 1);
+  } else {
+    // Head and final norm.
+    const bool tied = p.lm_head.empty();
+    const std::vector<R>& head = tied ? p.embed : p.lm_head;
+    R* dhead = param_grads ? (tied ? g.params.embed : g.params.lm_head).data() : nullptr;
+    std::vector<R> dxf(size_t(T * H));
+    linear_backward(dlogits.data(), tp.xf.data(), head.data(), dxf.data(), dhead, static_cast<R*>(nullptr), T, H, V);
+    rmsnorm_backward(dxf.data(), tp.x_last.data(), p.final_norm.data(), tp.rstdf.data(), dx.data(),
+                     gp(g.params.final_norm), T, H);
+  }
   std::vector<R> dh, dg, du, dxn(size_t(T * H)), datt, dq, dk, dv;
   typename Params<R>::Layer no_grads;  // all empty: gp() gives null, nothing is written
   for (int l = c.num_layers - 1; l >= 0; --l) {
@@ -291,11 +316,49 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
     linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gp(gw.wk), gp(gw.bk), T, H, KV);
     linear_backward(dv.data(), L.xn1.data(), w.wv.data(), dxn.data(), gp(gw.wv), gp(gw.bv), T, H, KV);
     rmsnorm_backward(dxn.data(), L.x_in.data(), w.attn_norm.data(), L.rstd1.data(), dx.data(), gp(gw.attn_norm), T, H);
+    if (layer_targets && l > 0) add_layer_term(l - 1);
   }
   if (param_grads) embed_backward(dx.data(), tokens, g.params.embed.data(), H);
   return g;
 }
 
+}  // namespace
+
+template <typename R>
+Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                           std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix,
+                           bool param_grads) {
+  return grad_impl(c, p, tokens, targets, prefix, param_grads, static_cast<const std::vector<std::vector<R>>*>(nullptr));
+}
+
+template <typename R>
+std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                                          const std::type_identity_t<PrefixKv<R>>* prefix) {
+  Tape<R> tp;
+  const std::vector<int32_t> none(tokens.size(), -1);
+  run_forward(c, p, tokens, none, prefix, tp, KvNudge{}, static_cast<std::vector<R>*>(nullptr));
+  std::vector<std::vector<R>> out;
+  for (int l = 0; l + 1 < c.num_layers; ++l) out.push_back(std::move(tp.layers[size_t(l + 1)].x_in));
+  out.push_back(std::move(tp.x_last));
+  return out;
+}
+
+template <typename R>
+Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                                const std::vector<std::vector<R>>& layer_targets,
+                                const std::type_identity_t<PrefixKv<R>>* prefix) {
+  const std::vector<int32_t> none(tokens.size(), -1);
+  return grad_impl(c, p, tokens, none, prefix, /*param_grads=*/false, &layer_targets);
+}
+
+template std::vector<std::vector<float>> layer_outputs(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
+                                                   const PrefixKv<float>*);
+template Gradients<float> layer_mse_and_grad(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
+                                          const std::vector<std::vector<float>>&, const PrefixKv<float>*);
+template std::vector<std::vector<double>> layer_outputs(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
+                                                   const PrefixKv<double>*);
+template Gradients<double> layer_mse_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
+                                          const std::vector<std::vector<double>>&, const PrefixKv<double>*);
 template struct Params<float>;
 template struct Params<double>;
 template struct PrefixKv<float>;

@@ -85,4 +85,18 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
                            std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
                            bool param_grads = true);
 
+// Every layer's output [T, hidden] (the residual stream after layer l), behind `prefix`.
+template <typename R>
+std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                                          const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
+
+// IntactKV's calibration objective (IntactKV §3.2, eq. 2): 1/2·Σ_l ||f_l − y_l||² over every layer's
+// output and every token, divided by the number of tokens, against `layer_targets` (the
+// full-precision model's layer_outputs on the same tokens); its gradient with respect to the
+// prefix and to every layer's K / V (the weights' gradients are not computed).
+template <typename R>
+Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+                                const std::vector<std::vector<R>>& layer_targets,
+                                const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
+
 }  // namespace sinkq::train

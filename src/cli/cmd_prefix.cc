@@ -12,10 +12,7 @@
 namespace sinkq::cli {
 
 void register_prefix(CLI::App& app) {
-  struct Opts : CommonFlags {
-    std::string calib;
-    int64_t samples = 8, len = 0;
-    uint64_t seed = 0;
+  struct Opts : CommonFlags, CalibFlags {
     double eta = 64.0;
   };
   auto o = std::make_shared<Opts>();
@@ -24,10 +21,7 @@ void register_prefix(CLI::App& app) {
   CLI::App* cmd = grp->add_subcommand(
       "find", "PrefixQuant §5.1: find the outlier tokens to prefix (o and the tokens) on calibration text");
   add_model_flag(*cmd, *o);
-  cmd->add_option("--calib", o->calib, "Calibration text (.txt, or .jsonl with a \"text\" field per line)")->required();
-  cmd->add_option("--calib-samples", o->samples, "Number of samples")->capture_default_str();
-  cmd->add_option("--calib-len", o->len, "Tokens per sample, [BOS] included (default min(512, max positions))");
-  cmd->add_option("--calib-seed", o->seed, "Sampling seed")->capture_default_str();
+  add_calib_flags(*cmd, *o);
   cmd->add_option("--eta", o->eta, "Outlier threshold: token-wise max / median at down_proj's input")
       ->capture_default_str();
   add_output_flags(*cmd, *o);
@@ -36,13 +30,7 @@ void register_prefix(CLI::App& app) {
     SINKQ_CHECK(o->eta > 0, "--eta must be > 0 (got {})", o->eta);
     const auto model = Model::load(o->model);
     const auto tok = Tokenizer::load(o->model);
-    CalibOptions co;
-    co.samples = o->samples;
-    co.len = o->len > 0 ? o->len : std::min<int64_t>(512, model->config().max_position_embeddings);
-    co.seed = o->seed;
-    SINKQ_CHECK(co.len <= model->config().max_position_embeddings,
-                "--calib-len {} exceeds the model's max_position_embeddings ({})", co.len,
-                model->config().max_position_embeddings);
+    const CalibOptions co = calib_options(*o, model->config().max_position_embeddings);
     const CalibSet calib = load_calib(o->calib, *tok, co);
     Forward fwd(model, co.len);
     const FoundPrefix f = find_prefix(fwd, calib.samples, o->eta, tok->bos_id(), tok.get(),

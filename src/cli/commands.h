@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "calib/calib_data.h"
+
 namespace sinkq::cli {
 
 void register_inspect(CLI::App& app);
@@ -28,6 +30,17 @@ struct CommonFlags {
 CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required = true);  // -m/--model DIR
 void add_output_flags(CLI::App& cmd, CommonFlags& f); // --json, --threads
 void apply_threads(const CommonFlags& f);
+
+// --calib FILE (required), --calib-samples N, --calib-len L, --calib-seed S: the calibration
+// sampling of the commands that take calibration text alone (prefix find, calib fisher).
+struct CalibFlags {
+  std::string calib;
+  int64_t samples = 8, len = 0;  // len 0: min(512, max_position_embeddings)
+  uint64_t seed = 0;
+};
+void add_calib_flags(CLI::App& cmd, CalibFlags& f);
+// The sampling options for a model of `max_pos` positions; errors name the flag.
+CalibOptions calib_options(const CalibFlags& f, int64_t max_pos);
 
 // Prints JSON on stdout (one document, newline-terminated).
 void print_json(const nlohmann::json& j);

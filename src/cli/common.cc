@@ -52,4 +52,22 @@ int64_t peak_rss_bytes() {
   return int64_t(ru.ru_maxrss) * 1024;
 }
 
+void add_calib_flags(CLI::App& cmd, CalibFlags& f) {
+  cmd.add_option("--calib", f.calib, "Calibration text (.txt, or .jsonl with a \"text\" field per line)")->required();
+  cmd.add_option("--calib-samples", f.samples, "Number of samples")->capture_default_str();
+  cmd.add_option("--calib-len", f.len, "Tokens per sample, [BOS] included (default min(512, max positions))");
+  cmd.add_option("--calib-seed", f.seed, "Sampling seed")->capture_default_str();
+}
+
+CalibOptions calib_options(const CalibFlags& f, int64_t max_pos) {
+  SINKQ_CHECK(f.samples >= 1, "--calib-samples must be >= 1 (got {})", f.samples);
+  SINKQ_CHECK(f.len == 0 || f.len >= 2, "--calib-len must be >= 2 (got {})", f.len);
+  CalibOptions co;
+  co.samples = f.samples;
+  co.len = f.len > 0 ? f.len : std::min<int64_t>(512, max_pos);
+  co.seed = f.seed;
+  SINKQ_CHECK(co.len <= max_pos, "--calib-len {} exceeds the model's max_position_embeddings ({})", co.len, max_pos);
+  return co;
+}
+
 }  // namespace sinkq::cli

@@ -130,14 +130,16 @@ inline void rope_cos_sin(const RopeTable& rt, int32_t pos, int i, double& c, dou
   s = float(std::sin(double(a)));
 }
 
-// x[T, heads, D] in place: (x1, x2) → (x1·c − x2·s, x2·c + x1·s).
+// x[T, heads, D] in place: (x1, x2) → (x1·c − x2·s, x2·c + x1·s); with `transpose` the inverse
+// rotation (s → −s), which is the backward: (g1, g2) → (g1·c + g2·s, g2·c − g1·s).
 template <typename R>
-void rope_forward(const RopeTable& rt, R* x, int64_t T, int heads, std::span<const int32_t> pos) {
+void rope_rotate(const RopeTable& rt, R* x, int64_t T, int heads, std::span<const int32_t> pos, bool transpose) {
   const int D = rt.head_dim, half = D / 2;
   for (int64_t t = 0; t < T; ++t)
     for (int i = 0; i < half; ++i) {
       double c, s;
       rope_cos_sin(rt, pos[size_t(t)], i, c, s);
+      if (transpose) s = -s;
       for (int h = 0; h < heads; ++h) {
         R* v = x + (t * heads + h) * D;
         const R x1 = v[i], x2 = v[i + half];
@@ -147,21 +149,14 @@ void rope_forward(const RopeTable& rt, R* x, int64_t T, int heads, std::span<con
     }
 }
 
-// The transpose of the rotation, in place on the gradient: (g1, g2) → (g1·c + g2·s, g2·c − g1·s).
+template <typename R>
+void rope_forward(const RopeTable& rt, R* x, int64_t T, int heads, std::span<const int32_t> pos) {
+  rope_rotate(rt, x, T, heads, pos, false);
+}
+
 template <typename R>
 void rope_backward(const RopeTable& rt, R* dx, int64_t T, int heads, std::span<const int32_t> pos) {
-  const int D = rt.head_dim, half = D / 2;
-  for (int64_t t = 0; t < T; ++t)
-    for (int i = 0; i < half; ++i) {
-      double c, s;
-      rope_cos_sin(rt, pos[size_t(t)], i, c, s);
-      for (int h = 0; h < heads; ++h) {
-        R* g = dx + (t * heads + h) * D;
-        const R g1 = g[i], g2 = g[i + half];
-        g[i] = g1 * R(c) + g2 * R(s);
-        g[i + half] = g2 * R(c) - g1 * R(s);
-      }
-    }
+  rope_rotate(rt, dx, T, heads, pos, true);
 }
 
 // ---- SwiGLU: h = silu(g) · u -----------------------------------------------------------------

@@ -187,20 +187,23 @@ std::string WeightRule::describe() const {
   return who + ":" + what;
 }
 
+WeightSim WeightRule::apply(WeightSim w) const {
+  if (bits) w.bits = *bits;
+  if (group) w.group = *group;
+  if (symmetric) w.symmetric = *symmetric;
+  if (clip) {
+    w.clip = *clip;
+    w.clip_grid = false;
+  }
+  if (clip_grid) w.clip_grid = *clip_grid;
+  return w;
+}
+
 WeightSim resolve_weights(const WeightSim& base, std::span<const WeightRule> rules, int layer, int role,
                           int num_layers) {
   WeightSim w = base;
-  for (const WeightRule& r : rules) {
-    if (!r.matches(layer, role, num_layers)) continue;
-    if (r.bits) w.bits = *r.bits;
-    if (r.group) w.group = *r.group;
-    if (r.symmetric) w.symmetric = *r.symmetric;
-    if (r.clip) {
-      w.clip = *r.clip;
-      w.clip_grid = false;
-    }
-    if (r.clip_grid) w.clip_grid = *r.clip_grid;
-  }
+  for (const WeightRule& r : rules)
+    if (r.matches(layer, role, num_layers)) w = r.apply(w);
   return w;
 }
 

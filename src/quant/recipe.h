@@ -216,6 +216,7 @@ struct WeightRule {
   std::optional<float> clip;  // a fixed ratio ...
   std::optional<bool> clip_grid;  // ... or the grid search (true)
   bool matches(int layer, int role, int num_layers) const;
+  WeightSim apply(WeightSim w) const;  // w with the fields this rule sets replaced
   std::string describe() const;  // e.g. "layers 0,-1 down_proj: W8"
 };
 

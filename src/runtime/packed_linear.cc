@@ -89,8 +89,7 @@ void check_weights(const WeightScheme& w, const std::string& what) {
 void RuntimeConfig::validate() const {
   check_weights(w);
   for (size_t i = 0; i < weight_rules.size(); ++i)
-    check_weights(quant::resolve_weights(w, std::span(&weight_rules[i], 1), 0, 0, 1),
-                  fmt::format("weight_rules[{}] ({})", i, weight_rules[i].describe()));
+    check_weights(weight_rules[i].apply(w), fmt::format("weight_rules[{}] ({})", i, weight_rules[i].describe()));
   SINKQ_CHECK(a.bits != 16,
               "weight-only quantization (W{}A16, fp32 activations) cannot run: the lowbit kernels multiply int8 / "
               "int4 activation codes; quantize activations to 8 or 4 bits, or use the simulator", w.bits);

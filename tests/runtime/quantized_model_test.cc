@@ -393,6 +393,23 @@ TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
   EXPECT_THAT(err("w4a8kv4", [](auto& c) { c.kv.bits = 3; }), HasSubstr("packed KV: int3 is not a packed KV format"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.w.group = 128; }),
               HasSubstr("int8 weights in groups of 128 columns cannot run"));
+  // A weight rule that no kernel runs is named, whichever roles it applies to (here not q_proj).
+  EXPECT_THAT(err("w4a8", [](auto& c) {
+                quant::WeightRule r;
+                r.roles = 1u << int(LinearRole::Down);
+                r.bits = 3;
+                c.weight_rules = {r};
+              }),
+              HasSubstr("weight_rules[0] (all layers down_proj: W3): 3-bit weights cannot run"));
+  EXPECT_THAT(error_of([] {
+                quant::Recipe c = quant::Recipe::from_preset("w4a8");
+                quant::WeightRule r;
+                r.roles = 1u << int(LinearRole::Up);
+                r.group = 48;
+                c.weight_rules = {r};
+                check_runnable(c);
+              }),
+              HasSubstr("int4 weights in groups of 48 columns cannot run"));
 }
 
 }  // namespace

@@ -188,7 +188,10 @@ struct AttnDims {
   int window = 0;
   int64_t P = 0, T = 0;
   int64_t keys() const { return P + T; }
-  bool visible(int64_t t, int64_t j) const { return j <= P + t && (window <= 0 || P + t - j < window); }
+  bool visible(int64_t t, int64_t j) const { return j >= first(t) && j <= last(t); }
+  // The keys query t sees: first(t)..last(t), inclusive.
+  int64_t first(int64_t t) const { return window > 0 ? std::max<int64_t>(0, P + t - window + 1) : 0; }
+  int64_t last(int64_t t) const { return P + t; }
 };
 
 template <typename R>
@@ -208,12 +211,10 @@ void attention_forward(const AttnDims& a, const R* q, const R* k, const R* v, co
       const int kvh = h / group;
       const R* qr = q + (t * a.nh + h) * a.D;
       R* p = probs + (int64_t(h) * a.T + t) * NK;
+      const int64_t j0 = a.first(t), j1 = a.last(t);
+      std::fill(p, p + NK, R(0));  // masked keys keep probability 0
       R mx = -INFINITY;
-      for (int64_t j = 0; j < NK; ++j) {
-        if (!a.visible(t, j)) {
-          p[j] = 0;
-          continue;
-        }
+      for (int64_t j = j0; j <= j1; ++j) {
         const R* kr = key_row(a, pk, k, j, kvh);
         R s = 0;
         for (int d = 0; d < a.D; ++d) s += qr[d] * kr[d];
@@ -221,15 +222,14 @@ void attention_forward(const AttnDims& a, const R* q, const R* k, const R* v, co
         mx = std::max(mx, p[j]);
       }
       R sum = 0;
-      for (int64_t j = 0; j < NK; ++j)
-        if (a.visible(t, j)) sum += (p[j] = std::exp(p[j] - mx));
+      for (int64_t j = j0; j <= j1; ++j) sum += (p[j] = std::exp(p[j] - mx));
       R* o = out + (t * a.nh + h) * a.D;
       std::fill(o, o + a.D, R(0));
-      for (int64_t j = 0; j < NK; ++j) {
-        if (!a.visible(t, j)) continue;
+      for (int64_t j = j0; j <= j1; ++j) {
         p[j] /= sum;
         const R* vr = key_row(a, pv, v, j, kvh);
-        for (int d = 0; d < a.D; ++d) o[d] += p[j] * vr[d];
+        const R pj = p[j];
+        for (int d = 0; d < a.D; ++d) o[d] += pj * vr[d];
       }
     }
 }
@@ -252,27 +252,28 @@ void attention_backward(const AttnDims& a, const R* dout, const R* q, const R* k
         const R* p = probs + (int64_t(h) * a.T + t) * NK;
         const R* go = dout + (t * a.nh + h) * a.D;
         const R* qr = q + (t * a.nh + h) * a.D;
+        R* dqr = dq ? dq + (t * a.nh + h) * a.D : nullptr;
+        const int64_t j0 = a.first(t), j1 = a.last(t);
         R dot = 0;
-        for (int64_t j = 0; j < NK; ++j) {
-          dp[size_t(j)] = 0;
-          if (!a.visible(t, j)) continue;
+        for (int64_t j = j0; j <= j1; ++j) {
           const R* vr = key_row(a, pv, v, j, kvh);
           R s = 0;
           for (int d = 0; d < a.D; ++d) s += go[d] * vr[d];
           dp[size_t(j)] = s;
           dot += p[j] * s;
         }
-        for (int64_t j = 0; j < NK; ++j) {
-          if (!a.visible(t, j)) continue;
-          const R ds = p[j] * (dp[size_t(j)] - dot) * scale;
+        for (int64_t j = j0; j <= j1; ++j) {
+          const R pj = p[j];
+          const R ds = pj * (dp[size_t(j)] - dot) * scale;
           const R* kr = key_row(a, pk, k, j, kvh);
           R* dkr = j < a.P ? (dpk ? dpk + (j * a.nkv + kvh) * a.D : nullptr) : dk + ((j - a.P) * a.nkv + kvh) * a.D;
           R* dvr = j < a.P ? (dpv ? dpv + (j * a.nkv + kvh) * a.D : nullptr) : dv + ((j - a.P) * a.nkv + kvh) * a.D;
-          for (int d = 0; d < a.D; ++d) {
-            if (dq) dq[(t * a.nh + h) * a.D + d] += ds * kr[d];
-            if (dkr) dkr[d] += ds * qr[d];
-            if (dvr) dvr[d] += p[j] * go[d];
-          }
+          if (dqr)
+            for (int d = 0; d < a.D; ++d) dqr[d] += ds * kr[d];
+          if (dkr)
+            for (int d = 0; d < a.D; ++d) dkr[d] += ds * qr[d];
+          if (dvr)
+            for (int d = 0; d < a.D; ++d) dvr[d] += pj * go[d];
         }
       }
   }

@@ -69,7 +69,7 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                    "itself; IntactKV off baseline)");
   g.prefix_train = cmd.add_option("--prefix-train", o->prefix_train,
                                   "IntactKV+Cal: train the prefix KV for N epochs on the calibration samples (AdamW; "
-                                  "weight-only recipes; needs --calib)");
+                                  "dynamic activation / KV quantization, no rotation; needs --calib)");
   g.prefix_train_lr = cmd.add_option("--prefix-train-lr", o->prefix_train_lr, "--prefix-train learning rate (default 2e-4)");
   g.prefix_train_batch = cmd.add_option("--prefix-train-batch", o->prefix_train_batch,
                                         "--prefix-train samples per optimiser step (default 16)");

@@ -126,6 +126,11 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     }
   }
   if (cfg.rotate.on) check_rotatable(mc);
+  if (px.train_epochs > 0)
+    SINKQ_CHECK(!cfg.act_static() && !cfg.kv_static() && !cfg.rotate.on,
+                "--prefix-train (IntactKV+Cal) runs with dynamic activation / KV quantization and without rotation "
+                "in this version (the training forward has no static quantizers or online rotations yet): use "
+                "--a-quant dynamic|cross and --kv-quant dynamic, drop --rotate, or drop --prefix-train");
   const auto t0 = Clock::now();
   SimModel sm;
   sm.cfg = cfg;
@@ -159,10 +164,8 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
   }
   // 6. IntactKV+Cal: the prefix trained so the quantized model's layer outputs match the fp ones.
   if (px.train_epochs > 0) {
-    SINKQ_CHECK(!cfg.a.on() && !cfg.kv.on() && !cfg.rotate.on,
-                "--prefix-train (IntactKV+Cal) runs on weight-only recipes without rotation in this version (the "
-                "training forward has no activation / KV quantizers or online rotations yet): drop --a-bits / "
-                "--kv-bits / --rotate, or --prefix-train");
+    SiteHooks hooks(mc.num_layers);  // the quantized model's dynamic quantizers, as Forward runs them
+    attach_dynamic_hooks(hooks, mc, cfg);
     const auto t = Clock::now();
     std::vector<std::vector<int32_t>> bodies(calib.begin(), calib.end());
     train::IntactKvCalOptions o;
@@ -172,7 +175,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     o.progress = [&progress](int e, int n, double) {
       if (progress) progress("prefix training (IntactKV+Cal), epoch", e, n);
     };
-    const train::IntactKvCalResult r = train::train_intactkv(*rotated, *sm.model, *sm.prefix, bodies, o);
+    const train::IntactKvCalResult r = train::train_intactkv(*rotated, *sm.model, *sm.prefix, bodies, o, &hooks);
     sm.prefix = r.prefix;
     report["prefix_train"] = {{"epochs", o.epochs}, {"lr", o.lr}, {"batch", o.batch},
                               {"objective", "1/2 sum_l ||f_l(fp) - f_l(quant; prefix)||^2 per token (IntactKV eq. 2)"},

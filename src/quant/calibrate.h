@@ -108,5 +108,8 @@ QuantSpec static_spec(const Recipe& cfg, Site s, const ModelConfig& mc);
 // The dynamic activation (per-token, CrossQuant) and dynamic KV hooks of cfg; static parts are
 // left out (SimModel::attach adds them with their Params). No validation, no rotation.
 std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg);
+// The same hooks on a hook table of their own (the training forward runs them: build_sim's
+// IntactKV+Cal step).
+std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg);
 
 }  // namespace sinkq::quant

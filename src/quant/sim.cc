@@ -166,9 +166,11 @@ SiteFn cross_hook(CrossQuantSpec spec) {
 }  // namespace
 
 std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg) {
-  const ModelConfig& mc = fwd.model().config();
+  return attach_dynamic_hooks(fwd.hooks(), fwd.model().config(), cfg);
+}
+
+std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg) {
   std::vector<int> handles;
-  SiteHooks& hooks = fwd.hooks();
   if (cfg.a.on() && cfg.a.mode != ActMode::Static) {
     for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn}) {
       for (int l = 0; l < mc.num_layers; ++l) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "core/error.h"
 #include "train/grad_ops.h"
@@ -71,7 +72,8 @@ void check_inputs(const ModelConfig& c, const Params<R>& p, std::span<const int3
 template <typename R>
 R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
               std::span<const int32_t> targets, const PrefixKv<R>* prefix, Tape<R>& tp, const KvNudge& nudge,
-              std::vector<R>* dlogits, const std::vector<std::vector<R>>* layer_targets = nullptr) {
+              std::vector<R>* dlogits, const std::vector<std::vector<R>>* layer_targets = nullptr,
+              const SiteHooks* hooks = nullptr) {
   check_inputs(c, p, tokens, targets, prefix);
   const RopeTable rope = RopeTable::make(c.rope());
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
@@ -82,6 +84,18 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
   std::vector<R> x(size_t(T * H)), tmp(size_t(T * H));
   embed_forward(p.embed.data(), tokens, x.data(), H);
   tp.layers.resize(size_t(c.num_layers));
+  // The site hooks (float only): the values they leave are what the next op uses and what the
+  // tape keeps, so the backward sees the quantized values (straight-through).
+  auto site = [&](Site s, int l, std::vector<R>& x, int64_t features) {
+    if constexpr (std::is_same_v<R, float>) {
+      if (hooks && hooks->active(s, l)) {
+        SiteView v{s, l, x.data(), T, features, tp.pos, tokens};
+        hooks->run(v);
+      }
+    } else {
+      SINKQ_CHECK(hooks == nullptr, "train: site hooks run in the float path only");
+    }
+  };
   for (int l = 0; l < c.num_layers; ++l) {
     const auto& w = p.layers[size_t(l)];
     LayerTape<R>& L = tp.layers[size_t(l)];
@@ -89,6 +103,7 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
     L.xn1.resize(size_t(T * H));
     L.rstd1.resize(size_t(T));
     rmsnorm_forward(x.data(), w.attn_norm.data(), L.xn1.data(), L.rstd1.data(), T, H, c.rms_norm_eps);
+    site(Site::AttnIn, l, L.xn1, H);
     L.q.resize(size_t(T * Q));
     L.k.resize(size_t(T * KV));
     L.v.resize(size_t(T * KV));
@@ -100,22 +115,27 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
     L.k_pre = L.k;
     rope_forward(rope, L.q.data(), T, c.num_heads, tp.pos);
     rope_forward(rope, L.k.data(), T, c.num_kv_heads, tp.pos);
+    site(Site::K, l, L.k, KV);
+    site(Site::V, l, L.v, KV);
     L.att.resize(size_t(T * Q));
     L.probs.resize(size_t(int64_t(c.num_heads) * T * (P + T)));
     attention_forward(ad, L.q.data(), L.k.data(), L.v.data(), prefix ? prefix->k[size_t(l)].data() : nullptr,
                       prefix ? prefix->v[size_t(l)].data() : nullptr, L.att.data(), L.probs.data());
+    site(Site::OIn, l, L.att, Q);
     linear_forward(L.att.data(), w.wo.data(), static_cast<const R*>(nullptr), tmp.data(), T, Q, H);
     for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
     L.x_mid = x;
     L.xn2.resize(size_t(T * H));
     L.rstd2.resize(size_t(T));
     rmsnorm_forward(x.data(), w.mlp_norm.data(), L.xn2.data(), L.rstd2.data(), T, H, c.rms_norm_eps);
+    site(Site::MlpIn, l, L.xn2, H);
     L.g.resize(size_t(T * I));
     L.u.resize(size_t(T * I));
     L.h.resize(size_t(T * I));
     linear_forward(L.xn2.data(), w.w_gate.data(), static_cast<const R*>(nullptr), L.g.data(), T, H, I);
     linear_forward(L.xn2.data(), w.w_up.data(), static_cast<const R*>(nullptr), L.u.data(), T, H, I);
     swiglu_forward(L.g.data(), L.u.data(), L.h.data(), T * I);
+    site(Site::DownIn, l, L.h, I);
     linear_forward(L.h.data(), w.w_down.data(), static_cast<const R*>(nullptr), tmp.data(), T, I, H);
     for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
   }
@@ -240,11 +260,12 @@ namespace {
 template <typename R>
 Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                        std::span<const int32_t> targets, const PrefixKv<R>* prefix, bool param_grads,
-                       const std::vector<std::vector<R>>* layer_targets) {
+                       const std::vector<std::vector<R>>* layer_targets, const SiteHooks* hooks = nullptr) {
   Tape<R> tp;
   std::vector<R> dlogits;
   Gradients<R> g;
-  g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, layer_targets ? nullptr : &dlogits, layer_targets);
+  g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, layer_targets ? nullptr : &dlogits, layer_targets,
+                       hooks);
   if (param_grads) g.params = p.zeros_like();
   // The weights' gradient buffers, or null (skipped) without param_grads.
   auto gp = [param_grads](std::vector<R>& v) { return param_grads && !v.empty() ? v.data() : nullptr; };
@@ -346,19 +367,19 @@ std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>&
 template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,
-                                const std::type_identity_t<PrefixKv<R>>* prefix) {
+                                const std::type_identity_t<PrefixKv<R>>* prefix, const SiteHooks* hooks) {
   const std::vector<int32_t> none(tokens.size(), -1);
-  return grad_impl(c, p, tokens, none, prefix, /*param_grads=*/false, &layer_targets);
+  return grad_impl(c, p, tokens, none, prefix, /*param_grads=*/false, &layer_targets, hooks);
 }
 
 template std::vector<std::vector<float>> layer_outputs(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
                                                    const PrefixKv<float>*);
 template Gradients<float> layer_mse_and_grad(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
-                                          const std::vector<std::vector<float>>&, const PrefixKv<float>*);
+                                          const std::vector<std::vector<float>>&, const PrefixKv<float>*, const SiteHooks*);
 template std::vector<std::vector<double>> layer_outputs(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
                                                    const PrefixKv<double>*);
 template Gradients<double> layer_mse_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
-                                          const std::vector<std::vector<double>>&, const PrefixKv<double>*);
+                                          const std::vector<std::vector<double>>&, const PrefixKv<double>*, const SiteHooks*);
 template struct Params<float>;
 template struct Params<double>;
 template struct PrefixKv<float>;

@@ -90,6 +90,12 @@ template <typename R>
 std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                           const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
 
+// Site hooks in the training forward (R = float only): `hooks` run at attn_in, k (after RoPE), v,
+// o_in, mlp_in and down_in exactly as the engine's Forward runs them (the simulator's dynamic
+// activation / KV quantizers), and the backward treats them as the identity — the
+// straight-through estimator, exact for quantizers that never clip (dynamic per-token / per-head
+// abs-max scales, CrossQuant); callers must not pass clipping (static) quantizers.
+
 // IntactKV's calibration objective (IntactKV §3.2, eq. 2): 1/2·Σ_l ||f_l − y_l||² over every layer's
 // output and every token, divided by the number of tokens, against `layer_targets` (the
 // full-precision model's layer_outputs on the same tokens); its gradient with respect to the
@@ -97,6 +103,7 @@ std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>&
 template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,
-                                const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
+                                const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
+                                const SiteHooks* hooks = nullptr);
 
 }  // namespace sinkq::train

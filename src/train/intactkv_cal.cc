@@ -10,7 +10,8 @@
 namespace sinkq::train {
 
 IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPrefix& prefix,
-                                 const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt) {
+                                 const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt,
+                                 const SiteHooks* quant_hooks) {
   const ModelConfig& c = quant.config();
   SINKQ_CHECK(opt.epochs >= 1, "--prefix-train: epochs must be >= 1 (got {})", opt.epochs);
   SINKQ_CHECK(opt.lr > 0, "--prefix-train-lr must be > 0 (got {})", opt.lr);
@@ -39,7 +40,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
   }
   IntactKvCalResult r;
   for (size_t s = 0; s < bodies.size(); ++s)
-    r.initial_loss += double(layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur).loss) / double(bodies.size());
+    r.initial_loss += double(layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur, quant_hooks).loss) / double(bodies.size());
   std::vector<std::vector<float>> gk(size_t(c.num_layers), std::vector<float>(size_t(n))), gv = gk;
   for (int e = 0; e < opt.epochs; ++e) {
     double sum = 0;
@@ -48,7 +49,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
       for (auto& g : gk) std::fill(g.begin(), g.end(), 0.0f);
       for (auto& g : gv) std::fill(g.begin(), g.end(), 0.0f);
       for (size_t s = b0; s < b1; ++s) {
-        const Gradients<float> g = layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur);
+        const Gradients<float> g = layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur, quant_hooks);
         sum += double(g.loss);
         for (int l = 0; l < c.num_layers; ++l)
           for (int64_t i = 0; i < n; ++i) {

@@ -8,9 +8,10 @@
 // the runtime attends to. The targets f_l(w, x) are the full-precision model's layer outputs behind
 // the untrained full-precision prefix, computed once per sample. Samples are visited in a fixed
 // order (deterministic for a given input); each optimiser step averages the gradients of `batch`
-// samples. The quantized model is the simulator's fake-quantized-weight model: weight-only
-// recipes (the paper's setting), without online rotations (the training forward has none);
-// quant::build_sim refuses the rest naming the flag.
+// samples. The quantized model is the simulator's fake-quantized-weight model with its dynamic
+// activation / KV quantizers as site hooks (straight-through in the backward); static quantizers
+// and online rotations are not in the training forward yet: quant::build_sim refuses them naming
+// the flag.
 #pragma once
 
 #include <functional>
@@ -37,7 +38,10 @@ struct IntactKvCalResult {
 
 // bodies: the calibration tokens that follow the prefix (each non-empty; prefix + body within
 // max_position_embeddings). fp and quant must have the same shapes.
+// quant_hooks: the quantized model's dynamic activation / KV quantizers (grad_model.h: run in the
+// forward, straight-through in the backward); null for weight-only.
 IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPrefix& prefix,
-                                 const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt);
+                                 const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt,
+                                 const SiteHooks* quant_hooks = nullptr);
 
 }  // namespace sinkq::train

@@ -45,6 +45,8 @@ struct OpenOptions {
   // nothing quantized). An artifact is already quantized: giving a recipe is an error.
   std::optional<quant::Recipe> recipe;
   quant::PipelineOptions pipeline;  // stderr notes and progress of the calibration
+  // The path's tokenizer when the caller already loaded it (Engine::preview's); null: open loads it.
+  std::shared_ptr<const Tokenizer> tokenizer;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

@@ -93,6 +93,7 @@ void register_ppl(CLI::App& app) {
     std::fprintf(stderr, "ppl: tokenizing %s\n", o->file.c_str());
     const std::vector<int32_t> toks = scoring_tokens(o->file, *pv.tokenizer);
 
+    oo.tokenizer = pv.tokenizer;  // loaded once
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
     const Tokenizer& tok = engine->tokenizer();
     const int64_t P = engine->prefix_size();

@@ -21,15 +21,25 @@ namespace {
 
 bool holds(const std::vector<int32_t>& v, int32_t id) { return id >= 0 && std::find(v.begin(), v.end(), id) != v.end(); }
 
+// Whether `path` is an artifact; a recipe for one is an error (it is already quantized).
+bool artifact_without_recipe(const std::string& path, const OpenOptions& opt) {
+  if (!runtime::is_artifact(path)) return false;
+  SINKQ_CHECK(!opt.recipe, "{} is a sinkq artifact (already quantized): a recipe applies to a model directory or "
+              "GGUF file", path);
+  return true;
+}
+
+std::shared_ptr<const Tokenizer> tokenizer_of(const std::string& path, const OpenOptions& opt) {
+  return opt.tokenizer ? opt.tokenizer : std::shared_ptr<const Tokenizer>(Tokenizer::load(path));
+}
+
 }  // namespace
 
 Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt) {
   Preview p;
-  p.artifact = runtime::is_artifact(path);
-  p.tokenizer = Tokenizer::load(path);
+  p.artifact = artifact_without_recipe(path, opt);
+  p.tokenizer = tokenizer_of(path, opt);
   if (p.artifact) {
-    SINKQ_CHECK(!opt.recipe, "{} is a sinkq artifact (already quantized): a recipe applies to a model directory or "
-                "GGUF file", path);
     const nlohmann::json r = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"), nullptr, false);
     const nlohmann::json* pj = nullptr;
     if (r.is_object() && r.contains("recipe") && r["recipe"].is_object() && r["recipe"].contains("prefix"))
@@ -54,11 +64,9 @@ Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt)
 std::shared_ptr<const Engine> Engine::open(const std::string& path, const OpenOptions& opt) {
   auto e = std::make_shared<Engine>();
   e->path_ = path;
-  if (runtime::is_artifact(path)) {
-    SINKQ_CHECK(!opt.recipe, "{} is a sinkq artifact (already quantized): a recipe applies to a model directory or "
-                "GGUF file", path);
+  if (artifact_without_recipe(path, opt)) {
     e->runtime_ = Runtime::Packed;
-    e->tokenizer_ = Tokenizer::load(path);
+    e->tokenizer_ = tokenizer_of(path, opt);
     e->packed_ = std::make_shared<const runtime::QuantizedModel>(runtime::load_artifact(path));
     e->model_ = e->packed_->model;
     e->recipe_ = e->packed_->cfg;
@@ -70,7 +78,7 @@ std::shared_ptr<const Engine> Engine::open(const std::string& path, const OpenOp
     e->runtime_ = Runtime::Simulated;
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
     e->source_ = Model::load(path);
-    e->tokenizer_ = Tokenizer::load(path);
+    e->tokenizer_ = tokenizer_of(path, opt);
     e->pipeline_ = std::make_shared<const quant::Pipeline>(quant::run_pipeline(r, e->source_, *e->tokenizer_, opt.pipeline));
     e->model_ = e->pipeline_->sim.model;
     e->recipe_ = e->pipeline_->sim.cfg;

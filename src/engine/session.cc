@@ -7,6 +7,14 @@
 
 namespace sinkq {
 
+namespace {
+
+void check_ids(std::span<const int32_t> tokens, int64_t vocab) {
+  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary (0..{})", t, vocab - 1);
+}
+
+}  // namespace
+
 Session::Session(std::shared_ptr<const Engine> engine, int64_t ctx) : engine_(std::move(engine)) {
   SINKQ_ASSERT(engine_ != nullptr);
   SINKQ_CHECK(ctx >= 1 && ctx <= engine_->max_context(),
@@ -26,8 +34,7 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens) {
   SINKQ_CHECK(!tokens.empty(), "Session::eval: no tokens");
   SINKQ_CHECK(n_past() + int64_t(tokens.size()) <= capacity(),
               "{} tokens after {} do not fit the session's {} positions", tokens.size(), n_past(), capacity());
-  const int64_t vocab = engine_->config().vocab_size;
-  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary (0..{})", t, vocab - 1);
+  check_ids(tokens, engine_->config().vocab_size);
   return fwd_->step(tokens, /*all_logits=*/false);
 }
 
@@ -37,7 +44,7 @@ std::vector<double> Session::logprobs(std::span<const int32_t> tokens, int64_t f
               "context in the sequence)", from, n);
   SINKQ_CHECK(n <= capacity(), "{} tokens do not fit the session's {} positions", n, capacity());
   const int64_t vocab = engine_->config().vocab_size;
-  for (int32_t t : tokens) SINKQ_CHECK(t >= 0 && t < vocab, "token id {} is outside the vocabulary (0..{})", t, vocab - 1);
+  check_ids(tokens, vocab);
   reset();
   std::vector<double> out;
   out.reserve(size_t(n - from));

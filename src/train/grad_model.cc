@@ -365,6 +365,16 @@ std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>&
 }
 
 template <typename R>
+R layer_mse(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+            const std::vector<std::vector<R>>& layer_targets, const std::type_identity_t<PrefixKv<R>>* prefix,
+            const SiteHooks* hooks) {
+  Tape<R> tp;
+  const std::vector<int32_t> none(tokens.size(), -1);
+  return run_forward(c, p, tokens, none, prefix, tp, KvNudge{}, static_cast<std::vector<R>*>(nullptr), &layer_targets,
+                     hooks);
+}
+
+template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,
                                 const std::type_identity_t<PrefixKv<R>>* prefix, const SiteHooks* hooks) {
@@ -380,6 +390,10 @@ template std::vector<std::vector<double>> layer_outputs(const ModelConfig&, cons
                                                    const PrefixKv<double>*);
 template Gradients<double> layer_mse_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
                                           const std::vector<std::vector<double>>&, const PrefixKv<double>*, const SiteHooks*);
+template float layer_mse(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
+                        const std::vector<std::vector<float>>&, const PrefixKv<float>*, const SiteHooks*);
+template double layer_mse(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
+                        const std::vector<std::vector<double>>&, const PrefixKv<double>*, const SiteHooks*);
 template struct Params<float>;
 template struct Params<double>;
 template struct PrefixKv<float>;

@@ -100,6 +100,12 @@ std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>&
 // output and every token, divided by the number of tokens, against `layer_targets` (the
 // full-precision model's layer_outputs on the same tokens); its gradient with respect to the
 // prefix and to every layer's K / V (the weights' gradients are not computed).
+// The same objective, forward only.
+template <typename R>
+R layer_mse(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
+            const std::vector<std::vector<R>>& layer_targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
+            const SiteHooks* hooks = nullptr);
+
 template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,

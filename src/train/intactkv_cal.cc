@@ -40,7 +40,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
   }
   IntactKvCalResult r;
   for (size_t s = 0; s < bodies.size(); ++s)
-    r.initial_loss += double(layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur, quant_hooks).loss) / double(bodies.size());
+    r.initial_loss += double(layer_mse(c, pq, bodies[s], targets[s], &cur, quant_hooks)) / double(bodies.size());
   std::vector<std::vector<float>> gk(size_t(c.num_layers), std::vector<float>(size_t(n))), gv = gk;
   for (int e = 0; e < opt.epochs; ++e) {
     double sum = 0;

@@ -185,7 +185,8 @@ TEST(GradModel, LayerMseAgainstFiniteDifferences) {
   const auto g = layer_mse_and_grad(c, q, toks, targets, &pre);
   EXPECT_GT(g.loss, 0.0);
   EXPECT_TRUE(g.params.embed.empty());
-  auto L = [&] { return layer_mse_and_grad(c, q, toks, targets, &pre).loss; };
+  EXPECT_EQ(layer_mse(c, q, toks, targets, &pre), g.loss);  // the forward-only form: the same value
+  auto L = [&] { return layer_mse(c, q, toks, targets, &pre); };
   int checked = 0;
   for (int l = 0; l < c.num_layers; ++l)
     for (size_t i = 0; i < pre.k[size_t(l)].size(); ++i) {

@@ -69,10 +69,20 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                    "itself; IntactKV off baseline)");
   g.prefix_train = cmd.add_option("--prefix-train", o->prefix_train,
                                   "IntactKV+Cal: train the prefix KV for N epochs on the calibration samples (AdamW; "
-                                  "dynamic activation / KV quantization, no rotation; needs --calib)");
+                                  "needs --calib)");
   g.prefix_train_lr = cmd.add_option("--prefix-train-lr", o->prefix_train_lr, "--prefix-train learning rate (default 2e-4)");
   g.prefix_train_batch = cmd.add_option("--prefix-train-batch", o->prefix_train_batch,
                                         "--prefix-train samples per optimiser step (default 16)");
+  g.finetune = cmd.add_option("--finetune", o->finetune,
+                              "blockwise: PrefixQuant's block-wise fine-tuning of the weights and every quantization "
+                              "parameter after the grid search (needs --calib) | none");
+  g.finetune_epochs = cmd.add_option("--finetune-epochs", o->finetune_epochs,
+                                     "--finetune epochs per block (default 10; the paper: 10 at W4A8KV4, 20 at W4A4KV4)");
+  g.finetune_lr = cmd.add_option("--finetune-lr", o->finetune_lr, "--finetune learning rate of the weights (default 5e-6)");
+  g.finetune_scale_lr = cmd.add_option("--finetune-scale-lr", o->finetune_scale_lr,
+                                       "--finetune learning rate of the step sizes and static scales (default 5e-5)");
+  g.finetune_batch = cmd.add_option("--finetune-batch", o->finetune_batch,
+                                    "--finetune samples per optimiser step (default 4)");
   g.prefix_eta = cmd.add_option("--prefix-eta", o->prefix_eta,
                                 "--prefix auto: outlier threshold eta, token-wise max / median at down_proj's input (default 64)");
   return o;
@@ -88,7 +98,8 @@ std::string QuantFlags::first_given() const {
                               given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
                               given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
-                              given.prefix_train_lr, given.prefix_train_batch};
+                              given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
+                              given.finetune_lr, given.finetune_scale_lr, given.finetune_batch};
   for (const CLI::Option* o : all)
     if (was_given(o)) return o->get_name();
   return "";
@@ -112,6 +123,7 @@ quant::Recipe QuantFlags::config() const {
                 c.weight_clip_grid() ? "--w-clip grid"
                 : c.act_static()     ? "--a-quant static"
                 : c.kv_static()      ? "--kv-quant static"
+                : c.finetune.on()    ? "--finetune blockwise"
                                      : "--prefix-train");
   if (c.prefix.spec == "auto")
     SINKQ_CHECK(!c.calib.file.empty(), "--prefix auto finds the outlier tokens on calibration data: give --calib FILE");
@@ -209,6 +221,22 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
     SINKQ_CHECK(c.prefix.train_epochs > 0, "--prefix-train-batch needs --prefix-train N");
     c.prefix.train_batch = prefix_train_batch;
   }
+  if (was_given(g.finetune)) {
+    SINKQ_CHECK(finetune == "blockwise" || finetune == "none", "--finetune: expected blockwise or none, got '{}'",
+                finetune);
+    c.finetune.epochs = finetune == "none" ? 0 : c.finetune.on() ? c.finetune.epochs : finetune_epochs;
+  }
+  auto finetune_flag = [&](CLI::Option* o, const char* name) {
+    if (was_given(o)) SINKQ_CHECK(c.finetune.on(), "{} needs --finetune blockwise", name);
+    return was_given(o);
+  };
+  if (finetune_flag(g.finetune_epochs, "--finetune-epochs")) {
+    SINKQ_CHECK(finetune_epochs >= 1, "--finetune-epochs must be >= 1 (got {})", finetune_epochs);
+    c.finetune.epochs = finetune_epochs;
+  }
+  if (finetune_flag(g.finetune_lr, "--finetune-lr")) c.finetune.lr_weights = finetune_lr;
+  if (finetune_flag(g.finetune_scale_lr, "--finetune-scale-lr")) c.finetune.lr_scales = finetune_scale_lr;
+  if (finetune_flag(g.finetune_batch, "--finetune-batch")) c.finetune.batch = finetune_batch;
   if (was_given(g.prefix_eta)) {
     SINKQ_CHECK(c.prefix.spec == "auto", "--prefix-eta applies to --prefix auto only");
     SINKQ_CHECK(prefix_eta > 0, "--prefix-eta must be > 0 (got {})", prefix_eta);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "quant/calibrate.h"
+#include "quant/finetune.h"
 #include "quant/rotate.h"
 #include "train/intactkv_cal.h"
 
@@ -57,6 +58,7 @@ std::string what_needs_calibration(const Recipe& cfg) {
   if (cfg.weight_clip_grid()) add("--w-clip grid");
   if (cfg.act_static()) add("--a-quant static");
   if (cfg.kv_static()) add("--kv-quant static");
+  if (cfg.finetune.on()) add("--finetune blockwise");
   if (cfg.prefix.train_epochs > 0) add("--prefix-train");
   return s;
 }
@@ -126,11 +128,6 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     }
   }
   if (cfg.rotate.on) check_rotatable(mc);
-  if (px.train_epochs > 0)
-    SINKQ_CHECK(!cfg.act_static() && !cfg.kv_static() && !cfg.rotate.on,
-                "--prefix-train (IntactKV+Cal) runs with dynamic activation / KV quantization and without rotation "
-                "in this version (the training forward has no static quantizers or online rotations yet): use "
-                "--a-quant dynamic|cross and --kv-quant dynamic, drop --rotate, or drop --prefix-train");
   const auto t0 = Clock::now();
   SimModel sm;
   sm.cfg = cfg;
@@ -155,17 +152,25 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report);
     report["static_seconds"] = round4(seconds_since(t));
   }
-  // 5. The prefix every Forward of the result runs behind.
+  // 5. Block-wise fine-tuning (PrefixQuant §5.2) from the grid-searched parameters.
+  if (cfg.finetune.on()) {
+    FinetuneResult f = finetune_blockwise(rotated, cfg, &sm.weight_clip, sm.statics, fp_prefix, calib, progress);
+    sm.model = std::move(f.model);
+    sm.statics = std::move(f.statics);
+    report["finetune"] = std::move(f.report);
+  }
+  // 6. The prefix every Forward of the result runs behind.
   if (fp_prefix) {
     sm.prefix = fp_prefix;
   } else if (px.on()) {
     // IntactKV off: the quantized model's own rows for the prefix tokens (all its hooks on).
     sm.prefix = KvPrefix::compute(sm.model, px.tokens, [&sm](Forward& f) { sm.attach_hooks(f); });
   }
-  // 6. IntactKV+Cal: the prefix trained so the quantized model's layer outputs match the fp ones.
+  // 7. IntactKV+Cal: the prefix trained so the quantized model's layer outputs match the fp ones.
   if (px.train_epochs > 0) {
     SiteHooks hooks(mc.num_layers);  // the quantized model's dynamic quantizers, as Forward runs them
-    attach_dynamic_hooks(hooks, mc, cfg);
+    const std::vector<train::LayerSites<float>> qsites = training_sites(cfg, mc, sm.statics, hooks);
+    const std::vector<train::LayerSites<float>> fsites = fp_training_sites(cfg, mc);
     const auto t = Clock::now();
     std::vector<std::vector<int32_t>> bodies(calib.begin(), calib.end());
     train::IntactKvCalOptions o;
@@ -175,7 +180,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     o.progress = [&progress](int e, int n, double) {
       if (progress) progress("prefix training (IntactKV+Cal), epoch", e, n);
     };
-    const train::IntactKvCalResult r = train::train_intactkv(*rotated, *sm.model, *sm.prefix, bodies, o, &hooks);
+    const train::IntactKvCalResult r = train::train_intactkv(*rotated, *sm.model, *sm.prefix, bodies, o, &qsites, &fsites);
     sm.prefix = r.prefix;
     report["prefix_train"] = {{"epochs", o.epochs}, {"lr", o.lr}, {"batch", o.batch},
                               {"objective", "1/2 sum_l ||f_l(fp) - f_l(quant; prefix)||^2 per token (IntactKV eq. 2)"},
@@ -197,6 +202,11 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
       if (!report.contains(part)) continue;
       for (const auto& [site, r] : report[part].items())
         sum += fmt::format("{}{} clip {}", sum.empty() ? "" : "; ", site, range_text(r.at("ratio")));
+    }
+    if (report.contains("finetune")) {
+      double b = 0, a = 0;
+      for (const auto& k : report["finetune"]["blocks"]) b += k["mse_before"].get<double>(), a += k["mse_after"].get<double>();
+      sum += fmt::format("{}fine-tuned: block MSE (sum over blocks) {:.4g} -> {:.4g}", sum.empty() ? "" : "; ", b, a);
     }
     if (report.contains("prefix_train"))
       sum += fmt::format("{}prefix trained: loss {:.4g} -> {:.4g}", sum.empty() ? "" : "; ",

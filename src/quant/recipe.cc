@@ -143,6 +143,13 @@ void Recipe::validate() const {
               "--prefix-train trains the KV prefix (IntactKV+Cal): give a prefix (--prefix bos|auto|ids:..|text:..|system:..)");
   SINKQ_CHECK(prefix.train_epochs == 0 || prefix.source == PrefixSim::Source::Fp,
               "--prefix-train trains the full-precision prefix: it needs --prefix-source fp");
+  SINKQ_CHECK(finetune.epochs >= 0, "--finetune-epochs must be >= 0 (got {})", finetune.epochs);
+  SINKQ_CHECK(finetune.lr_weights >= 0, "--finetune-lr must be >= 0 (got {})", finetune.lr_weights);
+  SINKQ_CHECK(finetune.lr_scales >= 0, "--finetune-scale-lr must be >= 0 (got {})", finetune.lr_scales);
+  SINKQ_CHECK(finetune.batch >= 1, "--finetune-batch must be >= 1 (got {})", finetune.batch);
+  SINKQ_CHECK(!finetune.on() || weights_on() || act_static() || kv_static(),
+              "--finetune blockwise trains the weights and the quantization parameters of a quantized model: quantize "
+              "the weights (--w-bits 8|4) or use static activations / KV");
   for (size_t i = 0; i < weight_rules.size(); ++i) {
     const WeightRule& r = weight_rules[i];
     const std::string f = fmt::format("weight_rules[{}]", i);
@@ -287,6 +294,9 @@ std::string Recipe::describe() const {
     if (train)
       s += fmt::format(" trained {} epochs lr={} batch={}", prefix.train_epochs, prefix.train_lr, prefix.train_batch);
   }
+  if (finetune.on())
+    s += fmt::format(" | finetune blockwise {} epochs lr={}/{} batch={}", finetune.epochs, finetune.lr_weights,
+                     finetune.lr_scales, finetune.batch);
   if (needs_calibration())
     s += fmt::format(" | calib {} {}x{} seed={}", calib.file.empty() ? "(none)" : calib.file, calib.samples,
                      calib.len, calib.seed);

@@ -201,6 +201,21 @@ struct PrefixSim {
 std::string_view prefix_source_name(PrefixSim::Source s);          // "fp" | "quant"
 PrefixSim::Source parse_prefix_source(std::string_view s);          // error names --prefix-source
 
+// PrefixQuant §5.2 block-wise fine-tuning (quant/finetune.h): after the grid search initialises
+// every quantization parameter, each block in order trains its full-precision linear weights and
+// all its quantization parameters (weight step sizes, static activation and KV scales) through the
+// straight-through estimator to minimise the block-output MSE against the fp block (EfficientQAT
+// Block-AP). epochs = 0: off (--finetune blockwise, --finetune-epochs, --finetune-lr,
+// --finetune-scale-lr, --finetune-batch). Defaults are the paper's (§6.1: lr 5e-6 for the weights,
+// 5e-5 for the step sizes, batch 4; 10 epochs at W4A8KV4, 20 at W4A4KV4).
+struct FinetuneSim {
+  int epochs = 0;
+  double lr_weights = 5e-6;
+  double lr_scales = 5e-5;
+  int batch = 4;
+  bool on() const { return epochs > 0; }
+};
+
 // ---- per-(layer, role) weight rules ----------------------------------------------------------
 
 // Roles of the model that the recipe names but that have a single fixed setting in this version.
@@ -241,6 +256,7 @@ struct Recipe {
   RotateConfig rotate;     // Hadamard rotation (rotate.h), applied before everything else
   CalibSim calib;
   PrefixSim prefix;        // the full-precision KV prefix (none by default)
+  FinetuneSim finetune;    // block-wise fine-tuning (off by default)
 
   // The weight setting of one matrix: w, then the matching weight_rules.
   WeightSim weights(int layer, int role, int num_layers) const {
@@ -254,7 +270,7 @@ struct Recipe {
   bool kv_static() const { return kv.on() && kv.mode == KvMode::Static; }
   // Whether build_sim needs calibration samples: weight clip grid, static activations or KV.
   bool needs_calibration() const {
-    return weight_clip_grid() || act_static() || kv_static() || prefix.train_epochs > 0;
+    return weight_clip_grid() || act_static() || kv_static() || prefix.train_epochs > 0 || finetune.on();
   }
   // Throws sinkq::Error naming the CLI flag of the offending field (--w-bits, --a-quant, ...).
   void validate() const;

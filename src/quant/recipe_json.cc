@@ -140,6 +140,12 @@ nlohmann::json Recipe::to_json() const {
   } else {
     j["prefix"] = nullptr;
   }
+  if (finetune.on())
+    j["finetune"] = {{"method", "blockwise"},
+                     {"epochs", finetune.epochs},
+                     {"lr_weights", finetune.lr_weights},
+                     {"lr_scales", finetune.lr_scales},
+                     {"batch", finetune.batch}};  // absent when off: recipes from before it read back unchanged
   if (needs_calibration()) {
     json g = json::array();
     for (float r : calib.grid) g.push_back(json_float(r));
@@ -244,7 +250,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
   using nlohmann::json;
   const JsonReader R{where, root};
   Recipe c;
-  R.keys(j, "", {"preset", "weights", "weight_rules", "activations", "kv", "rotation", "prefix", "calibration"},
+  R.keys(j, "", {"preset", "weights", "weight_rules", "activations", "kv", "rotation", "prefix", "finetune", "calibration"},
          {"calibration_result", "prefix_resolution"});
   if (const json* p = R.find(j, "preset"); p && !p->is_null()) c.preset = R.str(*p, "preset");
   if (const json* jw = R.find(j, "weights")) {
@@ -341,6 +347,15 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
       if (const json* v = R.find(*t, "batch")) c.prefix.train_batch = R.integer(*v, "prefix.train.batch");
     }
     if (c.prefix.spec.empty() && c.prefix.tokens.empty()) R.bad("prefix", "needs a spec or tokens (or null for none)");
+  }
+  if (const json* jf = R.find(j, "finetune"); jf && !jf->is_null()) {
+    R.keys(*jf, "finetune", {"method", "epochs", "lr_weights", "lr_scales", "batch"});
+    if (const json* v = R.find(*jf, "method"); v && R.str(*v, "finetune.method") != "blockwise")
+      R.bad("finetune.method", "expected \"blockwise\", got " + v->dump());
+    if (const json* v = R.find(*jf, "epochs")) c.finetune.epochs = R.integer(*v, "finetune.epochs");
+    if (const json* v = R.find(*jf, "lr_weights")) c.finetune.lr_weights = R.number(*v, "finetune.lr_weights");
+    if (const json* v = R.find(*jf, "lr_scales")) c.finetune.lr_scales = R.number(*v, "finetune.lr_scales");
+    if (const json* v = R.find(*jf, "batch")) c.finetune.batch = R.integer(*v, "finetune.batch");
   }
   if (const json* jc = R.find(j, "calibration"); jc && !jc->is_null()) {
     R.keys(*jc, "calibration", {"file", "samples", "len", "seed", "grid", "weight_rows"});

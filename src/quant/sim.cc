@@ -64,48 +64,83 @@ Params mixed_params(QuantSpec spec, const float* x, int64_t rows, int64_t cols, 
 
 }  // namespace
 
-void fake_quant_weight(const WeightSim& w, float* x, int64_t rows, int64_t cols, const ClipRatios* clip) {
+namespace {
+
+void check_clips(const WeightSim& w, int64_t rows, int64_t cols, const ClipRatios* clip) {
+  if (!clip) return;
   const int64_t groups = weight_groups(w, cols);
-  if (clip) {
-    SINKQ_CHECK(clip->rows == rows && clip->groups == groups && clip->r.size() == size_t(rows * groups),
-                "weight clip ratios are [{}, {}], the matrix needs [{}, {}]", clip->rows, clip->groups, rows, groups);
-    for (float r : clip->r) SINKQ_CHECK(r > 0.0f && r <= 1.0f, "weight clip ratio {} is outside (0, 1]", r);
-  }
-  // Quantizes the block x[:, c0 : c0 + width] (copied out contiguously when it is not the whole
-  // row: the quantizer works on dense row-major blocks) whose groups start at group index g0.
-  auto block = [&](int64_t c0, int64_t width, int64_t g0) {
-    const QuantSpec spec = weight_spec(w, width);
-    const bool whole = width == cols;
-    std::vector<float> buf;
-    float* b = x;
-    if (!whole) {
-      buf.resize(size_t(rows * width));
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy(x + r * cols + c0, x + r * cols + c0 + width, buf.data() + r * width);
-      b = buf.data();
-    }
-    if (!clip) {
-      fake_quant_dynamic(spec, b, rows, width);
-    } else {
-      const int64_t pcol = spec.granularity == Granularity::PerGroup ? width / spec.group_size : 1;
-      // Params entry e = (row e / pcol, group g0 + e % pcol).
-      const Params p = mixed_params(spec, b, rows, width, [&](int64_t e) { return clip->at(e / pcol, g0 + e % pcol); });
-      fake_quant(spec, p, b, rows, width);
-    }
-    if (!whole)
-      for (int64_t r = 0; r < rows; ++r)
-        std::copy(buf.data() + r * width, buf.data() + (r + 1) * width, x + r * cols + c0);
-  };
+  SINKQ_CHECK(clip->rows == rows && clip->groups == groups && clip->r.size() == size_t(rows * groups),
+              "weight clip ratios are [{}, {}], the matrix needs [{}, {}]", clip->rows, clip->groups, rows, groups);
+  for (float r : clip->r) SINKQ_CHECK(r > 0.0f && r <= 1.0f, "weight clip ratio {} is outside (0, 1]", r);
+}
+
+// Calls f(c0, width, g0) for the column blocks of a weight matrix: the whole matrix when the group
+// divides cols (or per row), else [0, G·⌊cols/G⌋) PerGroup (groups 0 .. main/G − 1) and the ragged
+// tail as one more group per row (group main/G).
+template <class F>
+void for_each_weight_block(const WeightSim& w, int64_t cols, F&& f) {
   const int64_t G = w.group;
   if (G <= 0 || G >= cols || cols % G == 0) {
-    block(0, cols, 0);
+    f(int64_t(0), cols, int64_t(0));
     return;
   }
-  // Ragged: [rows, main] PerGroup (groups 0 .. main/G − 1) and the [rows, tail] rest as one more
-  // group per row (group main/G).
   const int64_t main = cols / G * G;
-  block(0, main, 0);
-  block(main, cols - main, main / G);
+  f(int64_t(0), main, int64_t(0));
+  f(main, cols - main, main / G);
+}
+
+// The block x[:, c0 : c0 + width] as a dense row-major copy (or x itself when it is the whole row).
+float* block_of(float* x, int64_t rows, int64_t cols, int64_t c0, int64_t width, std::vector<float>& buf) {
+  if (width == cols) return x;
+  buf.resize(size_t(rows * width));
+  for (int64_t r = 0; r < rows; ++r) std::copy(x + r * cols + c0, x + r * cols + c0 + width, buf.data() + r * width);
+  return buf.data();
+}
+
+// The Params of one block (clip ratios of its entries from `clip`, else w.clip).
+Params block_params(const WeightSim& w, const float* b, int64_t rows, int64_t width, int64_t g0, const ClipRatios* clip) {
+  const QuantSpec spec = weight_spec(w, width);
+  if (!clip) return compute_params(spec, b, rows, width);
+  const int64_t pcol = spec.granularity == Granularity::PerGroup ? width / spec.group_size : 1;
+  // Params entry e = (row e / pcol, group g0 + e % pcol).
+  return mixed_params(spec, b, rows, width, [&](int64_t e) { return clip->at(e / pcol, g0 + e % pcol); });
+}
+
+}  // namespace
+
+void fake_quant_weight(const WeightSim& w, float* x, int64_t rows, int64_t cols, const ClipRatios* clip) {
+  check_clips(w, rows, cols, clip);
+  for_each_weight_block(w, cols, [&](int64_t c0, int64_t width, int64_t g0) {
+    std::vector<float> buf;
+    float* b = block_of(x, rows, cols, c0, width, buf);
+    const QuantSpec spec = weight_spec(w, width);
+    if (!clip)
+      fake_quant_dynamic(spec, b, rows, width);
+    else
+      fake_quant(spec, block_params(w, b, rows, width, g0, clip), b, rows, width);
+    if (b != x)
+      for (int64_t r = 0; r < rows; ++r) std::copy(b + r * width, b + (r + 1) * width, x + r * cols + c0);
+  });
+}
+
+WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t cols, const ClipRatios* clip) {
+  check_clips(w, rows, cols, clip);
+  WeightGrid out;
+  out.rows = rows;
+  out.groups = weight_groups(w, cols);
+  out.scale.resize(size_t(rows * out.groups));
+  if (!w.symmetric) out.zero.resize(out.scale.size());
+  for_each_weight_block(w, cols, [&](int64_t c0, int64_t width, int64_t g0) {
+    std::vector<float> buf;
+    const float* b = block_of(const_cast<float*>(x), rows, cols, c0, width, buf);  // read only
+    const Params p = block_params(w, b, rows, width, g0, clip);
+    for (int64_t e = 0; e < p.prow * p.pcol; ++e) {
+      const size_t k = size_t((e / p.pcol) * out.groups + g0 + e % p.pcol);
+      out.scale[k] = p.scale[size_t(e)];
+      if (!w.symmetric) out.zero[k] = p.zero[size_t(e)];
+    }
+  });
+  return out;
 }
 
 std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> base,

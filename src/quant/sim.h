@@ -63,6 +63,18 @@ struct ClipRatios {
 void fake_quant_weight(const WeightSim& w, float* x, int64_t rows, int64_t cols,
                        const ClipRatios* clip = nullptr);
 
+// The (scale, zero) that fake_quant_weight gives each (row, group) of w[rows, cols] (the same clip
+// rule), [rows, groups = weight_groups(w, cols)] row-major; zero empty when symmetric. So
+// fake_quant_weight(x) = s·clamp(rne(x/s), qmin − z, qmax − z) entry by entry with these (s, z):
+// the starting point of the trained step sizes of block-wise fine-tuning (quant/finetune.h).
+struct WeightGrid {
+  int64_t rows = 0, groups = 0;
+  std::vector<float> scale;
+  std::vector<int32_t> zero;
+};
+WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t cols,
+                       const ClipRatios* clip = nullptr);
+
 // Chosen clip ratios of every matrix: [layer][q, k, v, o, gate, up, down].
 using ModelClipRatios = std::vector<std::vector<ClipRatios>>;
 
@@ -134,6 +146,11 @@ using CalibProgress = std::function<void(std::string_view stage, int64_t done, i
 //   3. fake-quantize the weights (fixed ratio or the chosen ones);
 //   4. static activation / KV scales (cfg.a / cfg.kv static) by grid search on the block output
 //      of the quantized-weight model, layer by layer, sites in forward order (calibrate.h).
+//   5. block-wise fine-tuning (cfg.finetune; finetune.h): per block in order, the fp weights and
+//      every quantization parameter trained from the values steps 2-4 chose;
+//   6. the prefix KV (source Quant: by the finished quantized model);
+//   7. IntactKV+Cal (cfg.prefix.train_epochs; train/intactkv_cal.h): the fp prefix trained with
+//      the finished quantized model (its rotations, dynamic and static quantizers) in the forward.
 // `calib`: N token sequences (calib_data.h load_calib); required, non-empty, when
 // cfg.needs_calibration() (else sinkq::Error naming --calib); each at most
 // max_position_embeddings tokens, the prefix included (error naming --prefix and --calib-len).

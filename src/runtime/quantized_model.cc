@@ -49,8 +49,8 @@ PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t co
     for (int64_t g = 0; g < ng; ++g) {
       const float* x = w + r * cols + g * gcols;
       float& s = p.scale[size_t(r * ng + g)];
-      const int z = t.symmetric ? 0 : p.zero[size_t(r * ng + g)];
-      const int lo = quant::qmin(spec) - z, hi = quant::qmax(spec) - z;
+      int z = t.symmetric ? 0 : p.zero[size_t(r * ng + g)];
+      int lo = quant::qmin(spec) - z, hi = quant::qmax(spec) - z;
       // Candidates for the simulator's s: the scale clip 1 finds (max|ŵ|/qmax, within an ulp or two
       // of s when an element sits at +qmax or at both ends, asymmetric) and, symmetric, max|ŵ|/2^(N-1)
       // (with clip < 1 a negative outlier clamps to the code -2^(N-1), one step beyond -qmax).
@@ -59,17 +59,42 @@ PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t co
       const float s0 = s;
       const float bases[2] = {s0, t.symmetric ? amax / float(-quant::qmin(spec)) : s0};
       bool ok = false;
-      for (int cand = 0; cand < 2 && !ok; ++cand) {
-        for (int k = 0; k <= 8 && !ok; ++k) {
+      // A scale within 8 ulps of `base` that reproduces the group with levels in [lo, hi].
+      auto near = [&](float base, int lo_, int hi_) {
+        for (int k = 0; k <= 8; ++k) {
           for (int sign : {1, -1}) {
-            float c = bases[cand];
+            float c = base;
             for (int i = 0; i < k; ++i) c = std::nextafter(c, sign > 0 ? INFINITY : 0.0f);
-            if (c >= FLT_MIN && reproduces(x, gcols, c, lo, hi, level.data())) {
+            if (c >= FLT_MIN && reproduces(x, gcols, c, lo_, hi_, level.data())) {
               s = c;
-              ok = true;
-              break;
+              return true;
             }
             if (k == 0) break;
+          }
+        }
+        return false;
+      };
+      for (int cand = 0; cand < 2 && !ok; ++cand) ok = near(bases[cand], lo, hi);
+      // A trained step size (block-wise fine-tuning, quant/finetune.h) need not put any element at
+      // an end of the range: the group's largest level magnitude k is then smaller, s = max|ŵ|/k
+      // (symmetric) or s = (max − min)/k with the zero point that puts min at a code >= 0
+      // (asymmetric). Finest grid first; every candidate is checked element by element as above.
+      if (!ok && amax > 0.0f) {
+        float mn = x[0], mx = x[0];
+        for (int64_t j = 1; j < gcols; ++j) mn = std::min(mn, x[j]), mx = std::max(mx, x[j]);
+        const int span = quant::qmax(spec) - quant::qmin(spec);
+        for (int k = t.symmetric ? -quant::qmin(spec) : span; k >= 1 && !ok; --k) {
+          if (t.symmetric) {
+            ok = near(amax / float(k), lo, hi);
+          } else {
+            const float c = (mx - mn) / float(k);
+            if (!(c >= FLT_MIN)) continue;
+            const int zc = int(std::nearbyint(-mn / c)) + quant::qmin(spec);
+            if (zc < quant::qmin(spec) || zc > quant::qmax(spec)) continue;
+            if ((ok = near(c, quant::qmin(spec) - zc, quant::qmax(spec) - zc))) {
+              z = zc;
+              p.zero[size_t(r * ng + g)] = zc;
+            }
           }
         }
       }

@@ -11,9 +11,11 @@
 // sits at +qmax: with clip < 1 the largest magnitude may be a negative outlier clamped to the code
 // -2^(N-1) (one step beyond -qmax), and then max|ŵ|/qmax is not s (measured: most rows of an
 // int8 matrix at clip 0.9). So pack_exact() recovers (s, z) per (row, group) from the values
-// themselves — max|ŵ|/qmax or max|ŵ|/2^(N-1), nudged by a few ulps — and keeps the one that
-// reproduces every ŵ bit for bit, checked element by element: a group that no (s, z) of the
-// format reproduces is a sinkq::Error, never an approximation. The result: the same codes and
+// themselves — max|ŵ|/qmax or max|ŵ|/2^(N-1), nudged by a few ulps, and for a trained step size
+// (block-wise fine-tuning, quant/finetune.h: no element need reach an end of the range) max|ŵ|/k
+// for the largest level k below that — and keeps the one that reproduces every ŵ bit for bit,
+// checked element by element: a group that no (s, z) of the format reproduces is a sinkq::Error,
+// never an approximation. The result: the same codes and
 // scales as the simulator's quantizer (tested against lowbit::quantize with the chosen clip).
 //
 // Full-precision tensors (embeddings, lm_head): the simulator's, or rounded to `fp_dtype` (the
@@ -93,9 +95,9 @@ std::shared_ptr<const Model> with_fp_dtype(std::shared_ptr<const Model> m, DType
 QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions& opt = {});
 
 // Packs w[rows, cols] (fp32, values already on a quantization grid of `f`, e.g. fake-quantized
-// with any clip) so that lowbit::dequantize(result) == w bit for bit: quantize with clip 1, then
-// per (row, group) nudge the scale by a few ulps (and re-derive the codes and zero point) until
-// every element is reproduced. Throws sinkq::Error naming `name`, the row and group when no nearby
+// with any clip or a trained step size) so that lowbit::dequantize(result) == w bit for bit:
+// quantize with clip 1, then per (row, group) nudge the scale by a few ulps (and re-derive the
+// codes and zero point), or try the coarser grids above, until every element is reproduced. Throws sinkq::Error naming `name`, the row and group when no nearby
 // (s, z) reproduces the group (the values are not on a grid of this format).
 lowbit::PackedTensor pack_exact(lowbit::PackedFormat f, const float* w, int64_t rows, int64_t cols,
                                 const std::string& name);

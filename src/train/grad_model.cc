@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "train/grad_layer.h"
 #include "train/grad_ops.h"
 
 namespace sinkq::train {
@@ -26,12 +27,6 @@ std::vector<R> widen(const float* p, int64_t n) {
   return p ? std::vector<R>(p, p + n) : std::vector<R>{};
 }
 
-// What the backward needs of one layer.
-template <typename R>
-struct LayerTape {
-  std::vector<R> x_in, xn1, rstd1, q, k_pre, k, v, att, probs, x_mid, xn2, rstd2, g, u, h;
-};
-
 template <typename R>
 struct Tape {
   std::vector<LayerTape<R>> layers;
@@ -40,20 +35,24 @@ struct Tape {
 };
 
 template <typename R>
-AttnDims dims(const ModelConfig& c, int64_t P, int64_t T) {
-  AttnDims a;
-  a.nh = c.num_heads;
-  a.nkv = c.num_kv_heads;
-  a.D = c.head_dim;
-  a.window = c.sliding_window;
-  a.P = P;
-  a.T = T;
-  return a;
+LayerInput<R> layer_input(const Tape<R>& tp, std::span<const int32_t> tokens, const PrefixKv<R>* prefix, int l) {
+  LayerInput<R> in;
+  in.pos = tp.pos;
+  in.tokens = tokens;
+  in.P = prefix ? prefix->P : 0;
+  in.prefix_k = prefix ? prefix->k[size_t(l)].data() : nullptr;
+  in.prefix_v = prefix ? prefix->v[size_t(l)].data() : nullptr;
+  return in;
+}
+
+template <typename R>
+const LayerSites<R>* layer_sites(const std::vector<LayerSites<R>>* sites, int l) {
+  return sites ? &(*sites)[size_t(l)] : nullptr;
 }
 
 template <typename R>
 void check_inputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                  std::span<const int32_t> targets, const PrefixKv<R>* prefix) {
+                  std::span<const int32_t> targets, const PrefixKv<R>* prefix, const std::vector<LayerSites<R>>* sites) {
   SINKQ_CHECK(!tokens.empty() && tokens.size() == targets.size(), "train: {} tokens and {} targets", tokens.size(),
               targets.size());
   SINKQ_CHECK(int64_t(p.layers.size()) == c.num_layers, "train: {} layers of parameters, the config has {}",
@@ -64,6 +63,9 @@ void check_inputs(const ModelConfig& c, const Params<R>& p, std::span<const int3
   SINKQ_CHECK(P + int64_t(tokens.size()) <= c.max_position_embeddings,
               "train: prefix {} + {} tokens exceed max_position_embeddings {}", P, tokens.size(),
               c.max_position_embeddings);
+  if (sites)
+    SINKQ_CHECK(int64_t(sites->size()) == c.num_layers, "train: site settings for {} layers, the model has {}",
+                sites->size(), c.num_layers);
   if (prefix)
     SINKQ_CHECK(int64_t(prefix->k.size()) == c.num_layers && int64_t(prefix->v.size()) == c.num_layers,
                 "train: the prefix has {} layers, the model {}", prefix->k.size(), c.num_layers);
@@ -73,72 +75,18 @@ template <typename R>
 R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
               std::span<const int32_t> targets, const PrefixKv<R>* prefix, Tape<R>& tp, const KvNudge& nudge,
               std::vector<R>* dlogits, const std::vector<std::vector<R>>* layer_targets = nullptr,
-              const SiteHooks* hooks = nullptr) {
-  check_inputs(c, p, tokens, targets, prefix);
+              const std::vector<LayerSites<R>>* sites = nullptr) {
+  check_inputs(c, p, tokens, targets, prefix, sites);
   const RopeTable rope = RopeTable::make(c.rope());
-  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
-                KV = c.kv_dim(), V = c.vocab_size, P = prefix ? prefix->P : 0;
-  const AttnDims ad = dims<R>(c, P, T);
+  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size, P = prefix ? prefix->P : 0;
   tp.pos.resize(size_t(T));
   for (int64_t t = 0; t < T; ++t) tp.pos[size_t(t)] = int32_t(P + t);
-  std::vector<R> x(size_t(T * H)), tmp(size_t(T * H));
+  std::vector<R> x(size_t(T * H));
   embed_forward(p.embed.data(), tokens, x.data(), H);
   tp.layers.resize(size_t(c.num_layers));
-  // The site hooks (float only): the values they leave are what the next op uses and what the
-  // tape keeps, so the backward sees the quantized values (straight-through).
-  auto site = [&](Site s, int l, std::vector<R>& x, int64_t features) {
-    if constexpr (std::is_same_v<R, float>) {
-      if (hooks && hooks->active(s, l)) {
-        SiteView v{s, l, x.data(), T, features, tp.pos, tokens};
-        hooks->run(v);
-      }
-    } else {
-      SINKQ_CHECK(hooks == nullptr, "train: site hooks run in the float path only");
-    }
-  };
-  for (int l = 0; l < c.num_layers; ++l) {
-    const auto& w = p.layers[size_t(l)];
-    LayerTape<R>& L = tp.layers[size_t(l)];
-    L.x_in = x;
-    L.xn1.resize(size_t(T * H));
-    L.rstd1.resize(size_t(T));
-    rmsnorm_forward(x.data(), w.attn_norm.data(), L.xn1.data(), L.rstd1.data(), T, H, c.rms_norm_eps);
-    site(Site::AttnIn, l, L.xn1, H);
-    L.q.resize(size_t(T * Q));
-    L.k.resize(size_t(T * KV));
-    L.v.resize(size_t(T * KV));
-    auto bias = [](const std::vector<R>& b) { return b.empty() ? nullptr : b.data(); };
-    linear_forward(L.xn1.data(), w.wq.data(), bias(w.bq), L.q.data(), T, H, Q);
-    linear_forward(L.xn1.data(), w.wk.data(), bias(w.bk), L.k.data(), T, H, KV);
-    linear_forward(L.xn1.data(), w.wv.data(), bias(w.bv), L.v.data(), T, H, KV);
-    if (nudge.layer == l) (nudge.value ? L.v : L.k)[size_t(nudge.index)] += R(nudge.delta);
-    L.k_pre = L.k;
-    rope_forward(rope, L.q.data(), T, c.num_heads, tp.pos);
-    rope_forward(rope, L.k.data(), T, c.num_kv_heads, tp.pos);
-    site(Site::K, l, L.k, KV);
-    site(Site::V, l, L.v, KV);
-    L.att.resize(size_t(T * Q));
-    L.probs.resize(size_t(int64_t(c.num_heads) * T * (P + T)));
-    attention_forward(ad, L.q.data(), L.k.data(), L.v.data(), prefix ? prefix->k[size_t(l)].data() : nullptr,
-                      prefix ? prefix->v[size_t(l)].data() : nullptr, L.att.data(), L.probs.data());
-    site(Site::OIn, l, L.att, Q);
-    linear_forward(L.att.data(), w.wo.data(), static_cast<const R*>(nullptr), tmp.data(), T, Q, H);
-    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
-    L.x_mid = x;
-    L.xn2.resize(size_t(T * H));
-    L.rstd2.resize(size_t(T));
-    rmsnorm_forward(x.data(), w.mlp_norm.data(), L.xn2.data(), L.rstd2.data(), T, H, c.rms_norm_eps);
-    site(Site::MlpIn, l, L.xn2, H);
-    L.g.resize(size_t(T * I));
-    L.u.resize(size_t(T * I));
-    L.h.resize(size_t(T * I));
-    linear_forward(L.xn2.data(), w.w_gate.data(), static_cast<const R*>(nullptr), L.g.data(), T, H, I);
-    linear_forward(L.xn2.data(), w.w_up.data(), static_cast<const R*>(nullptr), L.u.data(), T, H, I);
-    swiglu_forward(L.g.data(), L.u.data(), L.h.data(), T * I);
-    site(Site::DownIn, l, L.h, I);
-    linear_forward(L.h.data(), w.w_down.data(), static_cast<const R*>(nullptr), tmp.data(), T, I, H);
-    for (int64_t i = 0; i < T * H; ++i) x[size_t(i)] += tmp[size_t(i)];
-  }
+  for (int l = 0; l < c.num_layers; ++l)
+    layer_forward(c, rope, p.layers[size_t(l)], l, layer_input(tp, tokens, prefix, l), x, tp.layers[size_t(l)], layer_sites(sites, l),
+                  nudge);
   tp.x_last = x;
   if (layer_targets) {  // 1/2·Σ_l ||out_l − y_l||² / T (IntactKV §3.2, eq. 2, per token)
     SINKQ_CHECK(int64_t(layer_targets->size()) == c.num_layers, "train: {} layer targets for {} layers",
@@ -260,19 +208,18 @@ namespace {
 template <typename R>
 Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                        std::span<const int32_t> targets, const PrefixKv<R>* prefix, bool param_grads,
-                       const std::vector<std::vector<R>>* layer_targets, const SiteHooks* hooks = nullptr) {
+                       const std::vector<std::vector<R>>* layer_targets, const std::vector<LayerSites<R>>* sites = nullptr) {
   Tape<R> tp;
   std::vector<R> dlogits;
   Gradients<R> g;
   g.loss = run_forward(c, p, tokens, targets, prefix, tp, KvNudge{}, layer_targets ? nullptr : &dlogits, layer_targets,
-                       hooks);
+                       sites);
   if (param_grads) g.params = p.zeros_like();
   // The weights' gradient buffers, or null (skipped) without param_grads.
   auto gp = [param_grads](std::vector<R>& v) { return param_grads && !v.empty() ? v.data() : nullptr; };
   const RopeTable rope = RopeTable::make(c.rope());
-  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
-                KV = c.kv_dim(), V = c.vocab_size, P = prefix ? prefix->P : 0;
-  const AttnDims ad = dims<R>(c, P, T);
+  const int64_t T = int64_t(tokens.size()), H = c.hidden_size, KV = c.kv_dim(), V = c.vocab_size,
+                P = prefix ? prefix->P : 0;
   g.k_pre.resize(size_t(c.num_layers));
   g.v.resize(size_t(c.num_layers));
   g.k_pre_values.resize(size_t(c.num_layers));
@@ -300,43 +247,17 @@ Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const
     rmsnorm_backward(dxf.data(), tp.x_last.data(), p.final_norm.data(), tp.rstdf.data(), dx.data(),
                      gp(g.params.final_norm), T, H);
   }
-  std::vector<R> dh, dg, du, dxn(size_t(T * H)), datt, dq, dk, dv;
-  typename Params<R>::Layer no_grads;  // all empty: gp() gives null, nothing is written
   for (int l = c.num_layers - 1; l >= 0; --l) {
-    const auto& w = p.layers[size_t(l)];
-    auto& gw = param_grads ? g.params.layers[size_t(l)] : no_grads;
-    const LayerTape<R>& L = tp.layers[size_t(l)];
-    // MLP: x_out = x_mid + down(swiglu(gate(xn2), up(xn2))); dx is d x_out and flows on unchanged.
-    dh.assign(size_t(T * I), R(0));
-    linear_backward(dx.data(), L.h.data(), w.w_down.data(), dh.data(), gp(gw.w_down), static_cast<R*>(nullptr), T, I, H);
-    dg.assign(size_t(T * I), R(0));
-    du.assign(size_t(T * I), R(0));
-    swiglu_backward(dh.data(), L.g.data(), L.u.data(), dg.data(), du.data(), T * I);
-    std::fill(dxn.begin(), dxn.end(), R(0));
-    linear_backward(dg.data(), L.xn2.data(), w.w_gate.data(), dxn.data(), gp(gw.w_gate), static_cast<R*>(nullptr), T, H, I);
-    linear_backward(du.data(), L.xn2.data(), w.w_up.data(), dxn.data(), gp(gw.w_up), static_cast<R*>(nullptr), T, H, I);
-    rmsnorm_backward(dxn.data(), L.x_mid.data(), w.mlp_norm.data(), L.rstd2.data(), dx.data(), gp(gw.mlp_norm), T, H);
-    // Attention: x_mid = x_in + o(attention(rope(q), rope(k), v)).
-    datt.assign(size_t(T * Q), R(0));
-    linear_backward(dx.data(), L.att.data(), w.wo.data(), datt.data(), gp(gw.wo), static_cast<R*>(nullptr), T, Q, H);
-    dq.assign(size_t(T * Q), R(0));
-    dk.assign(size_t(T * KV), R(0));
-    dv.assign(size_t(T * KV), R(0));
-    attention_backward(ad, datt.data(), L.q.data(), L.k.data(), L.v.data(),
-                       prefix ? prefix->k[size_t(l)].data() : nullptr, prefix ? prefix->v[size_t(l)].data() : nullptr,
-                       L.probs.data(), dq.data(), dk.data(), dv.data(),
-                       prefix ? g.prefix_k[size_t(l)].data() : nullptr, prefix ? g.prefix_v[size_t(l)].data() : nullptr);
-    rope_backward(rope, dq.data(), T, c.num_heads, tp.pos);
-    rope_backward(rope, dk.data(), T, c.num_kv_heads, tp.pos);
-    g.k_pre[size_t(l)] = dk;
-    g.v[size_t(l)] = dv;
-    g.k_pre_values[size_t(l)] = L.k_pre;
-    g.v_values[size_t(l)] = L.v;
-    std::fill(dxn.begin(), dxn.end(), R(0));
-    linear_backward(dq.data(), L.xn1.data(), w.wq.data(), dxn.data(), gp(gw.wq), gp(gw.bq), T, H, Q);
-    linear_backward(dk.data(), L.xn1.data(), w.wk.data(), dxn.data(), gp(gw.wk), gp(gw.bk), T, H, KV);
-    linear_backward(dv.data(), L.xn1.data(), w.wv.data(), dxn.data(), gp(gw.wv), gp(gw.bv), T, H, KV);
-    rmsnorm_backward(dxn.data(), L.x_in.data(), w.attn_norm.data(), L.rstd1.data(), dx.data(), gp(gw.attn_norm), T, H);
+    LayerGrads<R> lg;
+    lg.w = param_grads ? &g.params.layers[size_t(l)] : nullptr;
+    lg.prefix_k = prefix ? g.prefix_k[size_t(l)].data() : nullptr;
+    lg.prefix_v = prefix ? g.prefix_v[size_t(l)].data() : nullptr;
+    lg.k_pre = &g.k_pre[size_t(l)];
+    lg.v = &g.v[size_t(l)];
+    layer_backward(c, rope, p.layers[size_t(l)], l, layer_input(tp, tokens, prefix, l), tp.layers[size_t(l)], layer_sites(sites, l), dx,
+                   lg);
+    g.k_pre_values[size_t(l)] = tp.layers[size_t(l)].k_pre;
+    g.v_values[size_t(l)] = tp.layers[size_t(l)].v;
     if (layer_targets && l > 0) add_layer_term(l - 1);
   }
   if (param_grads) embed_backward(dx.data(), tokens, g.params.embed.data(), H);
@@ -354,10 +275,12 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
 
 template <typename R>
 std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                                          const std::type_identity_t<PrefixKv<R>>* prefix) {
+                                          const std::type_identity_t<PrefixKv<R>>* prefix,
+                                          const std::type_identity_t<std::vector<LayerSites<R>>>* sites) {
   Tape<R> tp;
   const std::vector<int32_t> none(tokens.size(), -1);
-  run_forward(c, p, tokens, none, prefix, tp, KvNudge{}, static_cast<std::vector<R>*>(nullptr));
+  run_forward(c, p, tokens, none, prefix, tp, KvNudge{}, static_cast<std::vector<R>*>(nullptr),
+              static_cast<const std::vector<std::vector<R>>*>(nullptr), sites);
   std::vector<std::vector<R>> out;
   for (int l = 0; l + 1 < c.num_layers; ++l) out.push_back(std::move(tp.layers[size_t(l + 1)].x_in));
   out.push_back(std::move(tp.x_last));
@@ -367,33 +290,34 @@ std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>&
 template <typename R>
 R layer_mse(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
             const std::vector<std::vector<R>>& layer_targets, const std::type_identity_t<PrefixKv<R>>* prefix,
-            const SiteHooks* hooks) {
+            const std::type_identity_t<std::vector<LayerSites<R>>>* sites) {
   Tape<R> tp;
   const std::vector<int32_t> none(tokens.size(), -1);
   return run_forward(c, p, tokens, none, prefix, tp, KvNudge{}, static_cast<std::vector<R>*>(nullptr), &layer_targets,
-                     hooks);
+                     sites);
 }
 
 template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,
-                                const std::type_identity_t<PrefixKv<R>>* prefix, const SiteHooks* hooks) {
+                                const std::type_identity_t<PrefixKv<R>>* prefix,
+                                const std::type_identity_t<std::vector<LayerSites<R>>>* sites) {
   const std::vector<int32_t> none(tokens.size(), -1);
-  return grad_impl(c, p, tokens, none, prefix, /*param_grads=*/false, &layer_targets, hooks);
+  return grad_impl(c, p, tokens, none, prefix, /*param_grads=*/false, &layer_targets, sites);
 }
 
 template std::vector<std::vector<float>> layer_outputs(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
-                                                   const PrefixKv<float>*);
+                                                   const PrefixKv<float>*, const std::vector<LayerSites<float>>*);
 template Gradients<float> layer_mse_and_grad(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
-                                          const std::vector<std::vector<float>>&, const PrefixKv<float>*, const SiteHooks*);
+                                          const std::vector<std::vector<float>>&, const PrefixKv<float>*, const std::vector<LayerSites<float>>*);
 template std::vector<std::vector<double>> layer_outputs(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
-                                                   const PrefixKv<double>*);
+                                                   const PrefixKv<double>*, const std::vector<LayerSites<double>>*);
 template Gradients<double> layer_mse_and_grad(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
-                                          const std::vector<std::vector<double>>&, const PrefixKv<double>*, const SiteHooks*);
+                                          const std::vector<std::vector<double>>&, const PrefixKv<double>*, const std::vector<LayerSites<double>>*);
 template float layer_mse(const ModelConfig&, const Params<float>&, std::span<const int32_t>,
-                        const std::vector<std::vector<float>>&, const PrefixKv<float>*, const SiteHooks*);
+                        const std::vector<std::vector<float>>&, const PrefixKv<float>*, const std::vector<LayerSites<float>>*);
 template double layer_mse(const ModelConfig&, const Params<double>&, std::span<const int32_t>,
-                        const std::vector<std::vector<double>>&, const PrefixKv<double>*, const SiteHooks*);
+                        const std::vector<std::vector<double>>&, const PrefixKv<double>*, const std::vector<LayerSites<double>>*);
 template struct Params<float>;
 template struct Params<double>;
 template struct PrefixKv<float>;

@@ -25,6 +25,9 @@ namespace sinkq::train {
 // The trainable copy of a model's weights in R. Linear weights [out, in]; biases empty when the
 // model has none; lm_head empty when tied to the embeddings.
 template <typename R>
+struct LayerSites;  // grad_layer.h
+
+template <typename R>
 struct Params {
   struct Layer {
     std::vector<R> attn_norm, wq, bq, wk, bk, wv, bv, wo, mlp_norm, w_gate, w_up, w_down;
@@ -85,31 +88,29 @@ Gradients<R> loss_and_grad(const ModelConfig& c, const Params<R>& p, std::span<c
                            std::span<const int32_t> targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
                            bool param_grads = true);
 
-// Every layer's output [T, hidden] (the residual stream after layer l), behind `prefix`.
+// Every layer's output [T, hidden] (the residual stream after layer l), behind `prefix`, with
+// `sites` (below) at every layer.
 template <typename R>
 std::vector<std::vector<R>> layer_outputs(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
-                                          const std::type_identity_t<PrefixKv<R>>* prefix = nullptr);
-
-// Site hooks in the training forward (R = float only): `hooks` run at attn_in, k (after RoPE), v,
-// o_in, mlp_in and down_in exactly as the engine's Forward runs them (the simulator's dynamic
-// activation / KV quantizers), and the backward treats them as the identity — the
-// straight-through estimator, exact for quantizers that never clip (dynamic per-token / per-head
-// abs-max scales, CrossQuant); callers must not pass clipping (static) quantizers.
+                                          const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
+                                          const std::type_identity_t<std::vector<LayerSites<R>>>* sites = nullptr);
 
 // IntactKV's calibration objective (IntactKV §3.2, eq. 2): 1/2·Σ_l ||f_l − y_l||² over every layer's
 // output and every token, divided by the number of tokens, against `layer_targets` (the
 // full-precision model's layer_outputs on the same tokens); its gradient with respect to the
-// prefix and to every layer's K / V (the weights' gradients are not computed).
-// The same objective, forward only.
+// prefix and to every layer's K / V (the weights' gradients are not computed). `sites` (null, or
+// one per layer): what runs at each layer's sites besides the fp ops (grad_layer.h LayerSites: the online rotations,
+// the dynamic quantizers as hooks, static quantizers by STE; their backward as there).
+// The same objective, forward only:
 template <typename R>
 R layer_mse(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
             const std::vector<std::vector<R>>& layer_targets, const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
-            const SiteHooks* hooks = nullptr);
+            const std::type_identity_t<std::vector<LayerSites<R>>>* sites = nullptr);
 
 template <typename R>
 Gradients<R> layer_mse_and_grad(const ModelConfig& c, const Params<R>& p, std::span<const int32_t> tokens,
                                 const std::vector<std::vector<R>>& layer_targets,
                                 const std::type_identity_t<PrefixKv<R>>* prefix = nullptr,
-                                const SiteHooks* hooks = nullptr);
+                                const std::type_identity_t<std::vector<LayerSites<R>>>* sites = nullptr);
 
 }  // namespace sinkq::train

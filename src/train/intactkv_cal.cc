@@ -5,13 +5,15 @@
 
 #include "core/error.h"
 #include "train/adamw.h"
+#include "train/grad_layer.h"
 #include "train/grad_model.h"
 
 namespace sinkq::train {
 
 IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPrefix& prefix,
                                  const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt,
-                                 const SiteHooks* quant_hooks) {
+                                 const std::vector<LayerSites<float>>* quant_sites,
+                                 const std::vector<LayerSites<float>>* fp_sites) {
   const ModelConfig& c = quant.config();
   SINKQ_CHECK(opt.epochs >= 1, "--prefix-train: epochs must be >= 1 (got {})", opt.epochs);
   SINKQ_CHECK(opt.lr > 0, "--prefix-train-lr must be > 0 (got {})", opt.lr);
@@ -28,7 +30,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
   const PrefixKv<float> init = PrefixKv<float>::from(prefix);
   // The targets: the full-precision model's layer outputs behind the full-precision prefix.
   std::vector<std::vector<std::vector<float>>> targets;
-  for (const auto& b : bodies) targets.push_back(layer_outputs(c, pf, b, &init));
+  for (const auto& b : bodies) targets.push_back(layer_outputs(c, pf, b, &init, fp_sites));
 
   PrefixKv<float> cur = init;
   const int64_t n = cur.P * c.kv_dim();
@@ -40,7 +42,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
   }
   IntactKvCalResult r;
   for (size_t s = 0; s < bodies.size(); ++s)
-    r.initial_loss += double(layer_mse(c, pq, bodies[s], targets[s], &cur, quant_hooks)) / double(bodies.size());
+    r.initial_loss += double(layer_mse(c, pq, bodies[s], targets[s], &cur, quant_sites)) / double(bodies.size());
   std::vector<std::vector<float>> gk(size_t(c.num_layers), std::vector<float>(size_t(n))), gv = gk;
   for (int e = 0; e < opt.epochs; ++e) {
     double sum = 0;
@@ -49,7 +51,7 @@ IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPr
       for (auto& g : gk) std::fill(g.begin(), g.end(), 0.0f);
       for (auto& g : gv) std::fill(g.begin(), g.end(), 0.0f);
       for (size_t s = b0; s < b1; ++s) {
-        const Gradients<float> g = layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur, quant_hooks);
+        const Gradients<float> g = layer_mse_and_grad(c, pq, bodies[s], targets[s], &cur, quant_sites);
         sum += double(g.loss);
         for (int l = 0; l < c.num_layers; ++l)
           for (int64_t i = 0; i < n; ++i) {

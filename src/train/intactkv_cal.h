@@ -8,10 +8,10 @@
 // the runtime attends to. The targets f_l(w, x) are the full-precision model's layer outputs behind
 // the untrained full-precision prefix, computed once per sample. Samples are visited in a fixed
 // order (deterministic for a given input); each optimiser step averages the gradients of `batch`
-// samples. The quantized model is the simulator's fake-quantized-weight model with its dynamic
-// activation / KV quantizers as site hooks (straight-through in the backward); static quantizers
-// and online rotations are not in the training forward yet: quant::build_sim refuses them naming
-// the flag.
+// samples. The quantized model is the simulator's fake-quantized-weight model with everything it
+// runs at its sites (grad_layer.h LayerSites): the online rotations, the dynamic activation / KV
+// quantizers as hooks (straight-through in the backward), the calibrated static quantizers (their
+// STE backward; their scales stay fixed here).
 #pragma once
 
 #include <functional>
@@ -20,6 +20,7 @@
 
 #include "model/kv_prefix.h"
 #include "model/model.h"
+#include "train/grad_layer.h"
 
 namespace sinkq::train {
 
@@ -38,10 +39,11 @@ struct IntactKvCalResult {
 
 // bodies: the calibration tokens that follow the prefix (each non-empty; prefix + body within
 // max_position_embeddings). fp and quant must have the same shapes.
-// quant_hooks: the quantized model's dynamic activation / KV quantizers (grad_model.h: run in the
-// forward, straight-through in the backward); null for weight-only.
+// quant_sites: what the quantized model runs at each layer's sites (null: nothing, weight-only
+// without rotation); fp_sites: the fp model's (its online rotations; null: none).
 IntactKvCalResult train_intactkv(const Model& fp, const Model& quant, const KvPrefix& prefix,
                                  const std::vector<std::vector<int32_t>>& bodies, const IntactKvCalOptions& opt,
-                                 const SiteHooks* quant_hooks = nullptr);
+                                 const std::vector<LayerSites<float>>* quant_sites = nullptr,
+                                 const std::vector<LayerSites<float>>* fp_sites = nullptr);
 
 }  // namespace sinkq::train

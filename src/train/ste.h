@@ -10,8 +10,9 @@
 // asymmetric zeros are re-derived from the trained scale by the packer).
 //
 // Layout: x [rows, cols]; one (s, z) per block of `group` consecutive columns of a row (group = cols:
-// per row), and with shared_rows one set of blocks for every row (per tensor: shared_rows and
-// group = cols; static per head: shared_rows and group = head_dim). Scales [srows, cols / group],
+// per row; a group that does not divide cols leaves a narrower last block, the simulator's ragged
+// weight tail, quant/sim.h fake_quant_weight), and with shared_rows one set of blocks for every row (per tensor: shared_rows and
+// group = cols; static per head: shared_rows and group = head_dim). Scales [srows, groups()],
 // srows = shared_rows ? 1 : rows. Templated on R as grad_ops.h; R = float forward equals
 // quant::fake_quant bit for bit (tests/train/ste_test.cc).
 #pragma once
@@ -29,7 +30,7 @@ struct SteLayout {
   int64_t rows = 0, cols = 0;
   int64_t group = 0;         // columns per scale (cols: one per row)
   bool shared_rows = false;  // one set of scales for all rows
-  int64_t groups() const { return cols / group; }
+  int64_t groups() const { return (cols + group - 1) / group; }
   int64_t scale_index(int64_t r, int64_t c) const { return (shared_rows ? 0 : r) * groups() + c / group; }
   int64_t scale_count() const { return (shared_rows ? 1 : rows) * groups(); }
 };

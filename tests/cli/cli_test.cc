@@ -172,6 +172,10 @@ TEST(CliErrors, BadQuantFlags) {
   expect_error(ppl({"--a-bits", "4", "--a-quant", "cross", "--a-alpha", "2"}), {"--a-alpha"});
   expect_error(ppl({"--w-bits", "4", "--w-group", "-1"}), {"--w-group"});
   expect_error(ppl({"--w-bits", "4", "--w-clip", "1.5"}), {"--w-clip"});
+  expect_error(ppl({"--preset", "w4a8", "--finetune", "blockwise"}), {"--finetune blockwise", "--calib"});
+  expect_error(ppl({"--preset", "w4a8", "--finetune", "endtoend"}), {"--finetune", "endtoend"});
+  expect_error(ppl({"--preset", "w4a8", "--finetune-lr", "1e-5"}), {"--finetune-lr", "needs --finetune blockwise"});
+  expect_error(ppl({"--finetune", "blockwise", "--calib", text}), {"--finetune blockwise", "quantize"});
 }
 
 }  // namespace

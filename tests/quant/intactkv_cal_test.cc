@@ -95,11 +95,30 @@ TEST(IntactKvCal, TrainsWithDynamicActivationAndKvQuantizers) {
   EXPECT_LT(e.back().get<double>(), rq.at("initial_loss").get<double>());
 }
 
-TEST(IntactKvCal, UntrainableRecipesAreErrors) {
-  Recipe r = w3_bos(2);
+// With PrefixQuant's static quantizers and online rotations in the forward (their STE / transposed
+// backward, grad_layer.h), W3 g32 weights, static per-tensor A8 and static per-head KV8: every
+// epoch's objective below the previous one and the last below the untrained prefix's. (With static
+// KV4 the objective is rough in the prefix — one rounding flip of a body key moves it — and the
+// epoch means on 8 samples go up and down by ~1% while trending down; KV8 keeps the test about
+// the gradient, not that noise.)
+TEST(IntactKvCal, TrainsWithStaticQuantizersAndRotation) {
+  Recipe r = w3_bos(6);
+  r.rotate.on = true;
   r.a.bits = 8;
   r.a.mode = ActMode::Static;
-  EXPECT_THAT(testing::error_of([&] { build_sim(stories(), r, calib()); }), HasSubstr("--prefix-train"));
+  r.kv.bits = 8;
+  r.kv.mode = KvMode::Static;
+  r.kv.granularity = KvGranularity::Head;
+  r.calib.grid = {1.0f, 0.9f};
+  const SimModel q = build_sim(stories(), r, calib());
+  const auto& rq = q.calibration_report.at("prefix_train");
+  const auto& e = rq.at("epoch_loss");
+  std::printf("  static + rotation: objective %.5g -> epochs %s\n", rq.at("initial_loss").get<double>(), e.dump().c_str());
+  for (size_t k = 1; k < e.size(); ++k) EXPECT_LT(e[k].get<double>(), e[k - 1].get<double>()) << k;
+  EXPECT_LT(e.back().get<double>(), 0.98 * rq.at("initial_loss").get<double>());
+}
+
+TEST(IntactKvCal, UntrainableRecipesAreErrors) {
   Recipe none = w3_bos(2);
   none.prefix = PrefixSim{};
   none.prefix.train_epochs = 2;

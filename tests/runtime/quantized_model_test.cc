@@ -20,6 +20,7 @@
 #include "quant/sim.h"
 #include "runtime/forcing.h"
 #include "runtime/runtime_models.h"
+#include "train/ste.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
 
@@ -127,6 +128,23 @@ TEST(QuantizedModel, FakeQuantizedWeightsRepackExactly) {
     std::vector<float> back(fq.size());
     lowbit::dequantize(exact, back.data());
     EXPECT_TRUE(bit_equal(back, fq)) << lowbit::traits(f.f).name;
+  }
+  // Trained step sizes (block-wise fine-tuning, quant/finetune.h): the grid of each (row, group) is
+  // s' = s·(1 + 0.15·k), k = 0..4, so in most groups no element reaches an end of the range (the
+  // largest level is below qmax); the fake-quantized values (train::ste_forward, what the
+  // fine-tuner writes) still pack to the same values bit for bit.
+  for (const Fmt& f : formats()) {
+    const quant::WeightGrid g = quant::weight_grid(f.w, w.data(), rows, cols);
+    std::vector<float> s = g.scale;
+    for (size_t i = 0; i < s.size(); ++i) s[i] *= 1.0f + 0.15f * float(i % 5);
+    const train::SteLayout lay{.bits = f.w.bits, .symmetric = f.w.symmetric, .rows = rows, .cols = cols,
+                               .group = g.groups == 1 ? cols : f.w.group};
+    std::vector<float> fq(w.size());
+    train::ste_forward(lay, w.data(), s.data(), g.zero.empty() ? nullptr : g.zero.data(), fq.data());
+    const lowbit::PackedTensor exact = pack_exact(f.f, fq.data(), rows, cols, "w");
+    std::vector<float> back(fq.size());
+    lowbit::dequantize(exact, back.data());
+    EXPECT_TRUE(bit_equal(back, fq)) << lowbit::traits(f.f).name << " trained step sizes";
   }
   // Values that are not on the grid are refused, not approximated.
   EXPECT_THAT(error_of([&] { pack_exact(lowbit::PackedFormat::W4_G32, w.data(), rows, cols, "m.q_proj.weight"); }),
@@ -275,6 +293,25 @@ TEST(QuantizedModel, MatchesSimulator) {
       }
     }
   }
+}
+
+// Block-wise fine-tuning (quant/finetune.h) leaves trained step sizes, where a group's largest
+// level need not reach the end of its range: the fine-tuned W4A4KV4 model (static activations and
+// KV, rotation) still packs exactly and the packed model = the simulator teacher-forced within kTol.
+TEST(QuantizedModel, FineTunedModelMatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(32, 1), prompt(32, 2), prompt(32, 3), prompt(32, 4)};
+  quant::Recipe sc = quant::Recipe::from_preset("prefixquant-w4a4kv4");
+  sc.prefix = quant::PrefixSim{};
+  sc.calib.grid = {1.0f, 0.9f, 0.8f};
+  sc.calib.weight_rows = 32;
+  sc.finetune.epochs = 2;
+  sc.finetune.lr_weights = 1e-4;
+  sc.finetune.lr_scales = 1e-3;
+  sc.finetune.batch = 2;
+  const quant::SimModel sim = quant::build_sim(stories(), sc, calib);
+  const QuantizedModel qm = build_quantized(sim);
+  expect_packed_matches_sim(sim, qm, toks, "stories260K W4A4KV4 fine-tuned");
 }
 
 // Mixed precision (recipe.h weight rules) on both models: every matrix packed in its own rule's

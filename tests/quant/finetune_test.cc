@@ -135,6 +135,31 @@ TEST(Finetune, LowersBlockErrorMovesEveryParameterAndIsDeterministic) {
   EXPECT_FALSE(w4a8kv4(0).to_json().contains("finetune"));
 }
 
+// With both learning rates 0 the fine-tuner changes nothing: its weight grids (weight_grid →
+// ste_forward) reproduce the simulator's fake-quantized weights bit for bit — per group with a
+// ragged tail here (g32 over intermediate 172 = 5·32 + 12) and asymmetric — and the static scales
+// come back as they went in.
+TEST(Finetune, ZeroLearningRateChangesNothing) {
+  Recipe r = w4a8kv4(1);
+  r.w.group = 32;
+  r.w.symmetric = false;
+  r.finetune.lr_weights = 0;
+  r.finetune.lr_scales = 0;
+  Recipe off = r;
+  off.finetune.epochs = 0;
+  const auto c = calib(4, 32);
+  const SimModel a = build_sim(stories(), r, c), b = build_sim(stories(), off, c);
+  for (int l = 0; l < stories()->config().num_layers; ++l)
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const Mat& ma = a.model->weights().layers[size_t(l)].mat(i);
+      const Mat& mb = b.model->weights().layers[size_t(l)].mat(i);
+      ASSERT_EQ(ma.dtype, DType::F32);
+      EXPECT_EQ(std::memcmp(ma.data, mb.data, size_t(ma.rows * ma.cols) * 4), 0) << l << " " << kLinearRoles[i].name;
+    }
+  ASSERT_EQ(a.statics.size(), b.statics.size());
+  for (size_t k = 0; k < a.statics.size(); ++k) EXPECT_EQ(a.statics[k].params.scale, b.statics[k].params.scale);
+}
+
 // Held-out: on sequences it was not trained on, the fine-tuned model's logits are closer to the
 // full-precision model's than the grid-search-only model's (the point of the method).
 TEST(Finetune, HeldOutLogitErrorImproves) {

@@ -36,6 +36,14 @@ std::map<std::string, std::string> dir_bytes(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) m[e.path().filename().string()] = read_file(e.path().string());
   return m;
 }
+// `ppl --json` of model dir or artifact m on the sample text (ctx 128), with extra flags.
+json ppl(const std::string& m, std::vector<std::string> extra) {
+  std::vector<std::string> a{"ppl", "-m", m, "-f", sample_text(), "--ctx", "128", "--threads", "2", "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  const RunResult r = run(a);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return r.rc == 0 ? json::parse(r.out) : json::object();
+}
 size_t count_entries(const std::string& dir) {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
@@ -122,13 +130,6 @@ TEST(CliQuantize, ArtifactRunsInPplAndGenerate) {
   std::vector<std::string> qa = q;
   qa.insert(qa.end(), {"--fp-dtype", "f32"});  // the simulator's fp32 embeddings, so only the kernels differ
   ASSERT_EQ(quantize(art, qa).rc, 0);
-  auto ppl = [&](const std::string& m, std::vector<std::string> extra) {
-    std::vector<std::string> a{"ppl", "-m", m, "-f", sample_text(), "--ctx", "128", "--threads", "2", "--json"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    const RunResult r = run(a);
-    EXPECT_EQ(r.rc, 0) << r.err;
-    return r.rc == 0 ? json::parse(r.out) : json::object();
-  };
   const json packed = ppl(art, {});
   const json sim = ppl(stories(), q);
   const json fp = ppl(stories(), {"--prefix", "bos"});
@@ -188,13 +189,6 @@ TEST(CliQuantize, FineTunedArtifactRunsAsSimulated) {
   const json recipe = json::parse(read_file(art + "/sinkq_recipe.json"));
   EXPECT_EQ(recipe.at("recipe").at("finetune").at("epochs"), 2);
   EXPECT_EQ(recipe.dump().find("mse_before") != std::string::npos, true) << "the per-block report in the provenance";
-  auto ppl = [&](const std::string& m, std::vector<std::string> extra) {
-    std::vector<std::string> a{"ppl", "-m", m, "-f", sample_text(), "--ctx", "128", "--threads", "2", "--json"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    const RunResult p = run(a);
-    EXPECT_EQ(p.rc, 0) << p.err;
-    return p.rc == 0 ? json::parse(p.out) : json::object();
-  };
   const json packed = ppl(art, {}), sim = ppl(stories(), q);
   ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
   EXPECT_EQ(packed.at("runtime"), "packed");

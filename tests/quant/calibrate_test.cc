@@ -23,10 +23,7 @@ using testing::logits_of;
 using testing::bit_equal;
 using testing::error_of;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 // Ordinary token ids (stories260K vocab 512, BOS = 1), a different sequence per `salt`.
 std::vector<int32_t> tokens(int n, int salt = 0) {

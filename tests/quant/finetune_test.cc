@@ -20,10 +20,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 Recipe w4a8kv4(int epochs) {
   Recipe r = Recipe::from_preset("prefixquant-w4a8kv4");

@@ -16,10 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 Recipe w3_bos(int epochs) {
   Recipe r;

@@ -19,10 +19,7 @@ using nlohmann::json;
 using testing::error_of;
 using ::testing::HasSubstr;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 int role(const char* name) { return parse_linear_role(name, "test"); }
 

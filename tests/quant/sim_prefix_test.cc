@@ -38,10 +38,7 @@ std::shared_ptr<const Model> planted() {
   return m;
 }
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 // n calibration samples of len tokens, each starting with [BOS], the rest ordinary ids.
 std::vector<std::vector<int32_t>> samples(int n, int len, uint64_t seed = 5) {

@@ -19,10 +19,7 @@ using testing::logits_of;
 using testing::bit_equal;
 using testing::error_of;
 
-std::shared_ptr<const Model> stories() {
-  static const std::shared_ptr<const Model> m = Model::load(testing::shared_dir() + "/models/stories260K");
-  return m;
-}
+constexpr auto stories = testing::stories260k;
 
 std::vector<float> widened(const Mat& m) {
   std::vector<float> v(size_t(m.rows * m.cols));

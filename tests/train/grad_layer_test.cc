@@ -15,25 +15,19 @@
 #include <random>
 
 #include "train/grad_ops.h"
+#include "train/tiny_config.h"
 #include "train/ste.h"
 #include "util/testutil.h"
 
 namespace sinkq::train {
 namespace {
 
+// One layer of the gradient tests' tiny shape, without biases; intermediate 12 (R4 acts on it).
 ModelConfig config() {
-  ModelConfig c;
-  c.architecture = "LlamaForCausalLM";
-  c.arch = Arch::Llama;
-  c.hidden_size = 16;
-  c.intermediate_size = 12;
+  ModelConfig c = tiny_config(false, 0);
   c.num_layers = 1;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.vocab_size = 40;
-  c.max_position_embeddings = 64;
-  c.rms_norm_eps = 1e-6f;
+  c.intermediate_size = 12;
+  c.qkv_bias = false;
   return c;
 }
 

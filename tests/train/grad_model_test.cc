@@ -14,34 +14,12 @@
 
 #include <random>
 
+#include "train/tiny_config.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::train {
 namespace {
-
-ModelConfig tiny_config(bool llama3, int window) {
-  ModelConfig c;
-  c.architecture = "Qwen2ForCausalLM";
-  c.arch = Arch::Qwen2;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 4;
-  c.vocab_size = 40;
-  c.max_position_embeddings = 64;
-  c.rms_norm_eps = 1e-6f;
-  c.qkv_bias = true;
-  c.sliding_window = window;
-  if (llama3) {
-    c.rope_scaling.type = "llama3";
-    c.rope_scaling.factor = 8.0f;
-    c.rope_scaling.original_max_position_embeddings = 16;
-  }
-  return c;
-}
 
 // Perturbs the model's weights away from Model::random's ones / zeros (norms, biases) so their
 // gradients are generic.

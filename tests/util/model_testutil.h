@@ -2,9 +2,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
+#include "util/testutil.h"
 
 namespace sinkq::testing {
 
@@ -14,6 +16,12 @@ inline std::vector<int32_t> prompt(int n, int salt = 0) {
   std::vector<int32_t> t{1};
   for (int i = 1; i < n; ++i) t.push_back(int32_t(3 + (i * 37 + salt * 101) % 500));
   return t;
+}
+
+// stories260K from ../shared/models, loaded once per test binary.
+inline std::shared_ptr<const Model> stories260k() {
+  static const std::shared_ptr<const Model> m = Model::load(shared_dir() + "/models/stories260K");
+  return m;
 }
 
 // The logits of every token of `toks`, run from an empty body (f.reset() keeps a prefix).

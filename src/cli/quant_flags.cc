@@ -83,6 +83,9 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                        "--finetune learning rate of the step sizes and static scales (default 5e-5)");
   g.finetune_batch = cmd.add_option("--finetune-batch", o->finetune_batch,
                                     "--finetune samples per optimiser step (default 4)");
+  g.finetune_target = cmd.add_option("--finetune-target", o->finetune_target,
+                                     "--finetune target of each block: fp (the fp block on the fp trajectory, "
+                                     "EfficientQAT; default) | quant (the fp block on the block's quantized input)");
   g.prefix_eta = cmd.add_option("--prefix-eta", o->prefix_eta,
                                 "--prefix auto: outlier threshold eta, token-wise max / median at down_proj's input (default 64)");
   return o;
@@ -99,7 +102,7 @@ std::string QuantFlags::first_given() const {
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
                               given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
                               given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
-                              given.finetune_lr, given.finetune_scale_lr, given.finetune_batch};
+                              given.finetune_lr, given.finetune_scale_lr, given.finetune_batch, given.finetune_target};
   for (const CLI::Option* o : all)
     if (was_given(o)) return o->get_name();
   return "";
@@ -237,6 +240,12 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   if (finetune_flag(g.finetune_lr, "--finetune-lr")) c.finetune.lr_weights = finetune_lr;
   if (finetune_flag(g.finetune_scale_lr, "--finetune-scale-lr")) c.finetune.lr_scales = finetune_scale_lr;
   if (finetune_flag(g.finetune_batch, "--finetune-batch")) c.finetune.batch = finetune_batch;
+  if (finetune_flag(g.finetune_target, "--finetune-target")) {
+    SINKQ_CHECK(finetune_target == "fp" || finetune_target == "quant", "--finetune-target: expected fp or quant, got '{}'",
+                finetune_target);
+    c.finetune.target = finetune_target == "fp" ? quant::FinetuneSim::Target::FpTrajectory
+                                                : quant::FinetuneSim::Target::QuantInput;
+  }
   if (was_given(g.prefix_eta)) {
     SINKQ_CHECK(c.prefix.spec == "auto", "--prefix-eta applies to --prefix auto only");
     SINKQ_CHECK(prefix_eta > 0, "--prefix-eta must be > 0 (got {})", prefix_eta);

@@ -12,7 +12,7 @@
 //   --prefix none|bos|auto|ids:..|text:..|system:..  --prefix-source fp|quant  --prefix-eta E
 //   --prefix-train N [--prefix-train-lr LR] [--prefix-train-batch B]  (IntactKV+Cal)
 //   --finetune blockwise|none [--finetune-epochs N] [--finetune-lr LR] [--finetune-scale-lr LR]
-//     [--finetune-batch B]  (PrefixQuant block-wise fine-tuning)
+//     [--finetune-batch B] [--finetune-target fp|quant]  (PrefixQuant block-wise fine-tuning)
 //
 // QuantFlags::config(): the preset first, then every flag that was given overrides its field;
 // every value is checked and errors name the flag. Flags not given keep the preset's value.
@@ -55,6 +55,7 @@ struct QuantFlags {
   int finetune_epochs = 10;
   double finetune_lr = 5e-6, finetune_scale_lr = 5e-5;
   int finetune_batch = 4;
+  std::string finetune_target = "fp";
 
   // Which flags were given (set by add_quant_flags; null = never declared = not given).
   struct Given {
@@ -68,7 +69,7 @@ struct QuantFlags {
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;
     CLI::Option *prefix_train = nullptr, *prefix_train_lr = nullptr, *prefix_train_batch = nullptr;
     CLI::Option *finetune = nullptr, *finetune_epochs = nullptr, *finetune_lr = nullptr, *finetune_scale_lr = nullptr,
-                *finetune_batch = nullptr;
+                *finetune_batch = nullptr, *finetune_target = nullptr;
   } given;
 
   // The configuration: preset, then given flags; validated (errors name the flag). The prefix is

@@ -168,8 +168,11 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   for (int l = 0; l < L; ++l) {
     const auto tl = Clock::now();
     train::Params<float>::Layer& w = params.layers[size_t(l)];
-    // Targets: the fp block on the fp trajectory (x_fp becomes them).
-    for (size_t s = 0; s < N; ++s) train::layer_forward(mc, rope, w, l, input(s, l), x_fp[s], tape, &fsites[size_t(l)]);
+    // Targets (x_fp becomes them): the fp block on the fp trajectory, or on the quantized input.
+    for (size_t s = 0; s < N; ++s) {
+      if (ft.target == FinetuneSim::Target::QuantInput) x_fp[s] = x_q[s];
+      train::layer_forward(mc, rope, w, l, input(s, l), x_fp[s], tape, &fsites[size_t(l)]);
+    }
 
     // This block's quantizers, initialised from the grid search.
     std::array<TrainedWeight, kNumLinearRoles> tw;
@@ -295,7 +298,9 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   }
   res.model = Model::with_weights(fp, std::move(out));
   res.report = {{"method", "blockwise (PrefixQuant §5.2, EfficientQAT Block-AP)"},
-                {"objective", "mean squared error of each block's output against the fp block on the fp trajectory"},
+                {"objective", ft.target == FinetuneSim::Target::FpTrajectory
+                                  ? "mean squared error of each block's output against the fp block on the fp trajectory"
+                                  : "mean squared error of each block's output against the fp block on its quantized input"},
                 {"epochs", ft.epochs},
                 {"lr_weights", ft.lr_weights},
                 {"lr_scales", ft.lr_scales},

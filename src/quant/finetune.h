@@ -15,9 +15,9 @@
 //   input       the output of the already fine-tuned quantized blocks before it (what the block
 //               sees at inference), through the fp prefix when there is one.
 //   target      the fp block on the fp model's own input (the fp trajectory), as EfficientQAT's
-//               Block-AP: the block may also undo error that earlier blocks left. (The static
-//               grid search scores the fp block on the quantized input instead, calibrate.h:
-//               there a block's scales cannot act on upstream error; trained weights can.)
+//               Block-AP: the block may also undo error that earlier blocks left. Or (target
+//               quant_input, --finetune-target quant) the fp block on the block's quantized input,
+//               the static grid search's objective (calibrate.h): only the error this block adds.
 //   schedule    cosine decay of both learning rates to 0 over the block's steps; no weight decay.
 //   quantizers  in the forward as the engine runs them (grad_layer.h LayerSites): online
 //               rotations, dynamic quantizers as hooks (identity backward), static ones by STE.

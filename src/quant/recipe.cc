@@ -295,8 +295,9 @@ std::string Recipe::describe() const {
       s += fmt::format(" trained {} epochs lr={} batch={}", prefix.train_epochs, prefix.train_lr, prefix.train_batch);
   }
   if (finetune.on())
-    s += fmt::format(" | finetune blockwise {} epochs lr={}/{} batch={}", finetune.epochs, finetune.lr_weights,
-                     finetune.lr_scales, finetune.batch);
+    s += fmt::format(" | finetune blockwise {} epochs lr={}/{} batch={} target={}", finetune.epochs, finetune.lr_weights,
+                     finetune.lr_scales, finetune.batch,
+                     finetune.target == FinetuneSim::Target::FpTrajectory ? "fp" : "quant");
   if (needs_calibration())
     s += fmt::format(" | calib {} {}x{} seed={}", calib.file.empty() ? "(none)" : calib.file, calib.samples,
                      calib.len, calib.seed);

@@ -209,7 +209,12 @@ PrefixSim::Source parse_prefix_source(std::string_view s);          // error nam
 // --finetune-scale-lr, --finetune-batch). Defaults are the paper's (§6.1: lr 5e-6 for the weights,
 // 5e-5 for the step sizes, batch 4; 10 epochs at W4A8KV4, 20 at W4A4KV4).
 struct FinetuneSim {
+  // The block's target: the fp block on the fp model's own trajectory (EfficientQAT Block-AP, the
+  // default), or on the quantized input the block sees (the objective of the static grid search,
+  // calibrate.h: only the error this block adds).
+  enum class Target : uint8_t { FpTrajectory, QuantInput };
   int epochs = 0;
+  Target target = Target::FpTrajectory;
   double lr_weights = 5e-6;
   double lr_scales = 5e-5;
   int batch = 4;

@@ -143,6 +143,7 @@ nlohmann::json Recipe::to_json() const {
   if (finetune.on())
     j["finetune"] = {{"method", "blockwise"},
                      {"epochs", finetune.epochs},
+                     {"target", finetune.target == FinetuneSim::Target::FpTrajectory ? "fp_trajectory" : "quant_input"},
                      {"lr_weights", finetune.lr_weights},
                      {"lr_scales", finetune.lr_scales},
                      {"batch", finetune.batch}};  // absent when off: recipes from before it read back unchanged
@@ -349,7 +350,13 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (c.prefix.spec.empty() && c.prefix.tokens.empty()) R.bad("prefix", "needs a spec or tokens (or null for none)");
   }
   if (const json* jf = R.find(j, "finetune"); jf && !jf->is_null()) {
-    R.keys(*jf, "finetune", {"method", "epochs", "lr_weights", "lr_scales", "batch"});
+    R.keys(*jf, "finetune", {"method", "epochs", "target", "lr_weights", "lr_scales", "batch"});
+    if (const json* v = R.find(*jf, "target")) {
+      const std::string t = R.str(*v, "finetune.target");
+      if (t != "fp_trajectory" && t != "quant_input")
+        R.bad("finetune.target", "expected \"fp_trajectory\" or \"quant_input\", got " + v->dump());
+      c.finetune.target = t == "fp_trajectory" ? FinetuneSim::Target::FpTrajectory : FinetuneSim::Target::QuantInput;
+    }
     if (const json* v = R.find(*jf, "method"); v && R.str(*v, "finetune.method") != "blockwise")
       R.bad("finetune.method", "expected \"blockwise\", got " + v->dump());
     if (const json* v = R.find(*jf, "epochs")) c.finetune.epochs = R.integer(*v, "finetune.epochs");

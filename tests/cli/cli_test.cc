@@ -176,6 +176,8 @@ TEST(CliErrors, BadQuantFlags) {
   expect_error(ppl({"--preset", "w4a8", "--finetune", "endtoend"}), {"--finetune", "endtoend"});
   expect_error(ppl({"--preset", "w4a8", "--finetune-lr", "1e-5"}), {"--finetune-lr", "needs --finetune blockwise"});
   expect_error(ppl({"--finetune", "blockwise", "--calib", text}), {"--finetune blockwise", "quantize"});
+  expect_error(ppl({"--preset", "w4a8", "--finetune", "blockwise", "--finetune-target", "x", "--calib", text}),
+               {"--finetune-target", "'x'"});
 }
 
 }  // namespace

@@ -90,7 +90,8 @@ void for_each_weight_block(const WeightSim& w, int64_t cols, F&& f) {
 }
 
 // The block x[:, c0 : c0 + width] as a dense row-major copy (or x itself when it is the whole row).
-float* block_of(float* x, int64_t rows, int64_t cols, int64_t c0, int64_t width, std::vector<float>& buf) {
+template <class T>  // float or const float
+T* block_of(T* x, int64_t rows, int64_t cols, int64_t c0, int64_t width, std::vector<float>& buf) {
   if (width == cols) return x;
   buf.resize(size_t(rows * width));
   for (int64_t r = 0; r < rows; ++r) std::copy(x + r * cols + c0, x + r * cols + c0 + width, buf.data() + r * width);
@@ -132,7 +133,7 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
   if (!w.symmetric) out.zero.resize(out.scale.size());
   for_each_weight_block(w, cols, [&](int64_t c0, int64_t width, int64_t g0) {
     std::vector<float> buf;
-    const float* b = block_of(const_cast<float*>(x), rows, cols, c0, width, buf);  // read only
+    const float* b = block_of(x, rows, cols, c0, width, buf);
     const Params p = block_params(w, b, rows, width, g0, clip);
     for (int64_t e = 0; e < p.prow * p.pcol; ++e) {
       const size_t k = size_t((e / p.pcol) * out.groups + g0 + e % p.pcol);

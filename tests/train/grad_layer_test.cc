@@ -15,7 +15,7 @@
 #include <random>
 
 #include "train/grad_ops.h"
-#include "train/tiny_config.h"
+#include "train/train_testutil.h"
 #include "train/ste.h"
 #include "util/testutil.h"
 
@@ -74,10 +74,6 @@ struct DenseRotation {
   }
 };
 
-void expect_close(double fd, double g, const std::string& what) {
-  EXPECT_LE(std::abs(fd - g), 1e-9 + 1e-6 * std::abs(g)) << what << ": fd " << fd << " analytic " << g;
-}
-
 TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
   const ModelConfig c = config();
   std::mt19937_64 rng(3);
@@ -105,7 +101,7 @@ TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
     in.prefix_v = pv.data();
     return in;
   };
-  auto L = [&] {
+  std::function<double()> L = [&] {
     std::vector<double> x = x0;
     LayerTape<double> tape;
     layer_forward(c, rope, w, 0, input(), x, tape, &sites);
@@ -128,19 +124,9 @@ TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
   std::vector<double> dx = r;
   layer_backward(c, rope, w, 0, input(), tape, &sites, dx, g);
 
-  const double h = 1e-5;
-  auto fd = [&](double& v) {
-    const double v0 = v;
-    v = v0 + h;
-    const double up = L();
-    v = v0 - h;
-    const double down = L();
-    v = v0;
-    return (up - down) / (2 * h);
-  };
   int checked = 0;
   auto check_all = [&](std::vector<double>& p, const std::vector<double>& gp, const char* name, size_t stride) {
-    for (size_t i = 0; i < p.size(); i += stride, ++checked) expect_close(fd(p[i]), gp[i], fmt::format("{}[{}]", name, i));
+    for (size_t i = 0; i < p.size(); i += stride, ++checked) expect_close(fd_at(L, p[i]), gp[i], fmt::format("{}[{}]", name, i));
   };
   check_all(x0, dx, "input", 3);
   check_all(w.wq, gw.wq, "wq", 5);

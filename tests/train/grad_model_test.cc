@@ -14,7 +14,7 @@
 
 #include <random>
 
-#include "train/tiny_config.h"
+#include "train/train_testutil.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
 
@@ -29,22 +29,6 @@ void jitter(Params<double>& p, uint64_t seed) {
   p.for_each([&](const std::string&, std::vector<double>& v) {
     for (double& x : v) x += d(rng);
   });
-}
-
-constexpr double kH = 1e-5;
-
-double fd_at(const std::function<double()>& L, double& x) {
-  const double x0 = x;
-  x = x0 + kH;
-  const double up = L();
-  x = x0 - kH;
-  const double down = L();
-  x = x0;
-  return (up - down) / (2 * kH);
-}
-
-void expect_close(double fd, double g, const std::string& what) {
-  EXPECT_LE(std::abs(fd - g), 1e-9 + 1e-6 * std::abs(g)) << what << ": fd " << fd << " analytic " << g;
 }
 
 // Checks `per_tensor` sampled entries of every tensor, 6 sampled pre-RoPE K and V entries of every

@@ -52,6 +52,18 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                              "KV scale granularity: token (dynamic only) | head (default) | tensor (static only)");
   g.kv_clip = cmd.add_option("--kv-clip", o->kv_clip,
                              "Static KV: clip ratio in (0, 1] or 'grid' (default: searched on the block output)");
+  g.kv_codebook = cmd.add_option("--kv-codebook", o->kv_codebook,
+                                 "int (the integer quantizer, default) | KVQuant's per-vector codebooks: uniform | nf "
+                                 "(NormalFloat) | kmeans | fisher (nuqX: Fisher-weighted k-means; needs --calib)");
+  g.kv_keys = cmd.add_option("--kv-keys", o->kv_keys,
+                             "--kv-codebook: key vectors pre_rope_channel (default, KVQuant) | post_rope_channel | "
+                             "pre_rope_token | post_rope_token (channel ranges are calibrated: needs --calib)");
+  g.kv_values = cmd.add_option("--kv-values", o->kv_values,
+                               "--kv-codebook: value vectors token (default, ranges online) | channel (calibrated)");
+  g.kv_outliers = cmd.add_option("--kv-outliers", o->kv_outliers,
+                                 "--kv-codebook: dense-and-sparse outlier fraction per vector kept in fp16 (0.01 = "
+                                 "KVQuant's 1%; default 0)");
+  g.kv_qnorm = cmd.add_flag("--kv-qnorm", o->kv_qnorm, "--kv-codebook: Q-Norm of the levels (KVQuant §3.5; needs --calib)");
   g.rotate = cmd.add_flag("--rotate", o->rotate, "Hadamard rotation (QuaRot R1-R4, computationally invariant) before quantizing");
   g.rotate_seed = cmd.add_option("--rotate-seed", o->rotate_seed, "Seed of the random Hadamard signs (default 0)");
   g.calib = cmd.add_option("--calib", o->calib,
@@ -98,7 +110,8 @@ bool QuantFlags::calib_flags_given() const {
 std::string QuantFlags::first_given() const {
   const CLI::Option* all[] = {given.preset, given.recipe, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
                               given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
-                              given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.rotate,
+                              given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.kv_codebook,
+                              given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
                               given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
                               given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
@@ -122,12 +135,7 @@ quant::Recipe QuantFlags::config() const {
   quant::Recipe c = recipe_of_flags();
   // Fail before loading anything when calibration is needed but no data was named.
   if (c.needs_calibration())
-    SINKQ_CHECK(!c.calib.file.empty(), "{} needs calibration data: give --calib FILE",
-                c.weight_clip_grid() ? "--w-clip grid"
-                : c.act_static()     ? "--a-quant static"
-                : c.kv_static()      ? "--kv-quant static"
-                : c.finetune.on()    ? "--finetune blockwise"
-                                     : "--prefix-train");
+    SINKQ_CHECK(!c.calib.file.empty(), "{} needs calibration data: give --calib FILE", c.calibration_needed_by());
   if (c.prefix.spec == "auto")
     SINKQ_CHECK(!c.calib.file.empty(), "--prefix auto finds the outlier tokens on calibration data: give --calib FILE");
   return c;
@@ -189,6 +197,11 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   if (was_given(g.kv_bits)) c.kv.bits = quant::parse_bits("--kv-bits", kv_bits);
   if (was_given(g.kv_quant)) c.kv.mode = quant::parse_kv_mode(kv_quant);
   if (was_given(g.kv_gran)) c.kv.granularity = quant::parse_kv_granularity(kv_gran);
+  if (was_given(g.kv_codebook)) c.kv.codebook = quant::parse_kv_codebook(kv_codebook);
+  if (was_given(g.kv_keys)) c.kv.parse_keys(kv_keys);
+  if (was_given(g.kv_values)) c.kv.value_axis = quant::parse_kv_values(kv_values);
+  if (was_given(g.kv_outliers)) c.kv.outliers = kv_outliers;
+  if (was_given(g.kv_qnorm)) c.kv.qnorm = kv_qnorm;
   if (was_given(g.kv_clip)) {
     SINKQ_CHECK(c.kv.mode == quant::KvMode::Static, "--kv-clip applies to --kv-quant static only");
     const quant::ClipSetting cs = quant::parse_clip("--kv-clip", kv_clip);

@@ -7,6 +7,8 @@
 //   --a-bits N --a-quant dynamic|static|cross --a-asym --a-clip R|grid --a-alpha A
 //   --a-cross-cols per_call|running_max
 //   --kv-bits N --kv-quant dynamic|static --kv-gran token|head|tensor --kv-clip R|grid
+//   --kv-codebook int|uniform|nf|kmeans|fisher --kv-keys pre_rope_channel|.. --kv-values token|channel
+//   --kv-outliers P --kv-qnorm   (KVQuant, quant/kvquant.h)
 //   --rotate --rotate-seed S
 //   --calib FILE --calib-samples N --calib-len L --calib-seed S
 //   --prefix none|bos|auto|ids:..|text:..|system:..  --prefix-source fp|quant  --prefix-eta E
@@ -42,6 +44,9 @@ struct QuantFlags {
   float a_alpha = 0.15f;
   std::string w_clip = "1", a_clip = "grid", kv_clip = "grid";
   std::string a_quant = "dynamic", a_cross_cols = "per_call", kv_quant = "dynamic", kv_gran = "head";
+  std::string kv_codebook = "int", kv_keys = "pre_rope_channel", kv_values = "token";
+  double kv_outliers = 0.0;
+  bool kv_qnorm = false;
   uint64_t rotate_seed = 0, calib_seed = 0;
   std::string calib;
   int64_t calib_samples = 8, calib_len = 0;
@@ -64,6 +69,8 @@ struct QuantFlags {
     CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
                 *a_cross_cols = nullptr;
     CLI::Option *kv_bits = nullptr, *kv_quant = nullptr, *kv_gran = nullptr, *kv_clip = nullptr;
+    CLI::Option *kv_codebook = nullptr, *kv_keys = nullptr, *kv_values = nullptr, *kv_outliers = nullptr,
+                *kv_qnorm = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
     CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr;
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 
@@ -158,6 +159,17 @@ void write_file_atomic(const std::string& path, std::string_view contents) {
   AtomicFileWriter w(path);
   w.write(contents);
   w.commit();
+}
+
+uint64_t mem_available_bytes() {
+  uint64_t kb = 0;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %lu kB", &kb) == 1) break;
+    std::fclose(f);
+  }
+  return kb * 1024;
 }
 
 }  // namespace sinkq

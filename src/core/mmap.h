@@ -8,6 +8,10 @@
 
 namespace sinkq {
 
+// Bytes the kernel says a new allocation can take (/proc/meminfo MemAvailable), 0 if unknown:
+// what loaders and calibration check a large allocation against before making it.
+uint64_t mem_available_bytes();
+
 class MappedFile {
  public:
   MappedFile() = default;

@@ -24,6 +24,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/mmap.h"
 #include "io/gguf.h"
 #include "io/gguf_quants.h"
 #include "io/weights.h"
@@ -33,18 +34,6 @@ namespace sinkq {
 namespace {
 
 using json = nlohmann::json;
-
-// Bytes the kernel says a new allocation can take (MemAvailable), 0 if unknown.
-uint64_t mem_available_bytes() {
-  uint64_t kb = 0;
-  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "MemAvailable: %lu kB", &kb) == 1) break;
-    std::fclose(f);
-  }
-  return kb * 1024;
-}
 
 struct ArchInfo {
   const char* hf_name;

@@ -52,17 +52,6 @@ std::vector<StaticQuant> calibrate_static_max(Forward& fwd, const Recipe& cfg, s
 
 namespace {
 
-std::string what_needs_calibration(const Recipe& cfg) {
-  std::string s;
-  auto add = [&s](const char* w) { s += (s.empty() ? "" : ", ") + std::string(w); };
-  if (cfg.weight_clip_grid()) add("--w-clip grid");
-  if (cfg.act_static()) add("--a-quant static");
-  if (cfg.kv_static()) add("--kv-quant static");
-  if (cfg.finetune.on()) add("--finetune blockwise");
-  if (cfg.prefix.train_epochs > 0) add("--prefix-train");
-  return s;
-}
-
 // "min–max" of a list of ratios (or the one value).
 std::string range_text(const json& ratios) {
   double lo = 2, hi = -1;
@@ -93,7 +82,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
   std::vector<std::vector<int32_t>> owned;
   std::span<const std::vector<int32_t>> calib = calib_in;
   if (calibrate) {
-    SINKQ_CHECK(!calib.empty(), "{} needs calibration data: give --calib FILE", what_needs_calibration(cfg));
+    SINKQ_CHECK(!calib.empty(), "{} needs calibration data: give --calib FILE", cfg.calibration_needed_by());
     for (size_t s = 0; s < calib.size(); ++s) SINKQ_CHECK(!calib[s].empty(), "calibration sample {} is empty (--calib)", s);
     if (px.on()) {
       for (const auto& s : calib_in) {
@@ -152,6 +141,12 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report);
     report["static_seconds"] = round4(seconds_since(t));
   }
+  // 4b. KVQuant's codebook quantizers, calibrated on the model as it now runs (KV unquantized).
+  if (cfg.kv.vector()) {
+    const auto t = Clock::now();
+    sm.kvq = calibrate_kvquant(base, sm, fp_prefix, calib, progress, report);
+    report["kv_codebook_seconds"] = round4(seconds_since(t));
+  }
   // 5. Block-wise fine-tuning (PrefixQuant §5.2) from the grid-searched parameters.
   if (cfg.finetune.on()) {
     FinetuneResult f = finetune_blockwise(rotated, cfg, &sm.weight_clip, sm.statics, fp_prefix, calib, progress);
@@ -202,6 +197,15 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
       if (!report.contains(part)) continue;
       for (const auto& [site, r] : report[part].items())
         sum += fmt::format("{}{} clip {}", sum.empty() ? "" : "; ", site, range_text(r.at("ratio")));
+    }
+    if (report.contains("kv_codebooks")) {
+      double e[2] = {0, 0}, u[2] = {0, 0};
+      for (const auto& l : report["kv_codebooks"]["layers"])
+        for (int i = 0; i < 2; ++i)
+          e[i] += l[i ? "v" : "k"]["error"].get<double>(), u[i] += l[i ? "v" : "k"]["error_uniform"].get<double>();
+      sum += fmt::format("{}KV codebooks: normalised error K {:.3g} V {:.3g} (uniform levels: {:.3g} / {:.3g})",
+                         sum.empty() ? "" : "; ", e[0] / mc.num_layers, e[1] / mc.num_layers, u[0] / mc.num_layers,
+                         u[1] / mc.num_layers);
     }
     if (report.contains("finetune")) {
       double b = 0, a = 0;

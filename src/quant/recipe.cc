@@ -54,6 +54,49 @@ KvGranularity parse_kv_granularity(std::string_view s) {
   fail("unknown KV granularity '{}' (--kv-gran): expected token, head or tensor", s);
 }
 
+std::string_view kv_codebook_name(KvCodebook c) {
+  switch (c) {
+    case KvCodebook::Int: return "int";
+    case KvCodebook::Uniform: return "uniform";
+    case KvCodebook::Nf: return "nf";
+    case KvCodebook::Kmeans: return "kmeans";
+    case KvCodebook::Fisher: return "fisher";
+  }
+  return "?";
+}
+
+KvCodebook parse_kv_codebook(std::string_view s) {
+  for (KvCodebook c : {KvCodebook::Int, KvCodebook::Uniform, KvCodebook::Nf, KvCodebook::Kmeans, KvCodebook::Fisher})
+    if (s == kv_codebook_name(c)) return c;
+  fail("unknown KV codebook '{}' (--kv-codebook): expected int (the integer quantizer), uniform, nf, kmeans or "
+       "fisher (KVQuant's nuqX)", s);
+}
+
+std::string_view kv_axis_name(KvAxis a) { return a == KvAxis::Channel ? "channel" : "token"; }
+
+KvAxis parse_kv_values(std::string_view s) {
+  if (s == "token") return KvAxis::Token;
+  if (s == "channel") return KvAxis::Channel;
+  fail("unknown value quantization '{}' (--kv-values): expected token (online per-token ranges, KVQuant's) or "
+       "channel (calibrated per-channel ranges)", s);
+}
+
+std::string KvSim::keys_name() const {
+  return fmt::format("{}_{}", key_pre_rope ? "pre_rope" : "post_rope", kv_axis_name(key_axis));
+}
+
+void KvSim::parse_keys(std::string_view s) {
+  for (bool pre : {true, false})
+    for (KvAxis a : {KvAxis::Channel, KvAxis::Token})
+      if (s == fmt::format("{}_{}", pre ? "pre_rope" : "post_rope", kv_axis_name(a))) {
+        key_pre_rope = pre;
+        key_axis = a;
+        return;
+      }
+  fail("unknown key quantization '{}' (--kv-keys): expected pre_rope_channel, post_rope_channel, pre_rope_token "
+       "or post_rope_token", s);
+}
+
 std::string_view prefix_source_name(PrefixSim::Source s) { return s == PrefixSim::Source::Quant ? "quant" : "fp"; }
 
 PrefixSim::Source parse_prefix_source(std::string_view s) {
@@ -101,6 +144,18 @@ int parse_bits(std::string_view flag, int bits) {
   return bits;
 }
 
+std::string Recipe::calibration_needed_by() const {
+  std::string s;
+  auto add = [&s](const std::string& w) { s += (s.empty() ? "" : ", ") + w; };
+  if (weight_clip_grid()) add("--w-clip grid");
+  if (act_static()) add("--a-quant static");
+  if (kv_static()) add("--kv-quant static");
+  if (kv.vector_calibrated()) add(fmt::format("--kv-codebook {}", kv_codebook_name(kv.codebook)));
+  if (finetune.on()) add("--finetune blockwise");
+  if (prefix.train_epochs > 0) add("--prefix-train");
+  return s;
+}
+
 void Recipe::validate() const {
   parse_bits("--w-bits", w.bits);
   parse_bits("--a-bits", a.bits);
@@ -126,6 +181,29 @@ void Recipe::validate() const {
   SINKQ_CHECK(kv.mode != KvMode::Dynamic || kv.granularity != KvGranularity::Tensor || !kv.on(),
               "--kv-gran tensor needs --kv-quant static (a dynamic per-tensor scale would depend "
               "on how many tokens one call holds)");
+  if (kv.codebook != KvCodebook::Int && kv.on()) {
+    SINKQ_CHECK(kv.bits >= 2 && kv.bits <= 4, "--kv-bits {} with --kv-codebook {}: KVQuant's codebooks are 2, 3 or 4 "
+                "bits (a lookup table of 2^bits levels per layer)", kv.bits, kv_codebook_name(kv.codebook));
+    SINKQ_CHECK(kv.mode == KvMode::Dynamic && kv.granularity == KvGranularity::Head && kv.symmetric && kv.clip_grid &&
+                    kv.clip == 1.0f,
+                "--kv-quant / --kv-gran / --kv-asym / --kv-clip set the integer KV quantizer; with --kv-codebook {} "
+                "the vectors are chosen by --kv-keys and --kv-values (a channel's range is calibrated, a token's online)",
+                kv_codebook_name(kv.codebook));
+    SINKQ_CHECK(kv.outliers >= 0.0 && kv.outliers <= 0.1, "--kv-outliers must be in [0, 0.1] (a fraction per vector; "
+                "KVQuant uses 0.01), got {}", kv.outliers);
+    SINKQ_CHECK(kv.codebook != KvCodebook::Fisher || kv.key_pre_rope,
+                "--kv-codebook fisher weighs keys by the Fisher information of K before RoPE: it needs --kv-keys "
+                "pre_rope_channel or pre_rope_token");
+    SINKQ_CHECK(!finetune.on(), "--finetune blockwise with --kv-codebook {}: the codebook quantizer has no "
+                "straight-through form in the training forward yet; use the integer KV quantizer", kv_codebook_name(kv.codebook));
+    SINKQ_CHECK(prefix.train_epochs == 0, "--prefix-train with --kv-codebook {}: the codebook quantizer has no "
+                "form in the training forward yet; use the integer KV quantizer", kv_codebook_name(kv.codebook));
+  } else {
+    SINKQ_CHECK(kv.outliers == 0.0 && !kv.qnorm && kv.key_axis == KvAxis::Channel && kv.key_pre_rope &&
+                    kv.value_axis == KvAxis::Token,
+                "--kv-keys / --kv-values / --kv-outliers / --kv-qnorm apply to the codebook quantizer: give "
+                "--kv-codebook uniform|nf|kmeans|fisher and --kv-bits 2..4");
+  }
   SINKQ_CHECK(calib.samples >= 1, "--calib-samples must be >= 1, got {}", calib.samples);
   SINKQ_CHECK(calib.len >= 0 && calib.len != 1, "--calib-len must be >= 2, got {}", calib.len);
   SINKQ_CHECK(calib.weight_rows >= 1, "calibration: weight_rows must be >= 1, got {}", calib.weight_rows);
@@ -280,8 +358,15 @@ std::string Recipe::describe() const {
     const std::string gran = kv.granularity == KvGranularity::Head    ? "per-head"
                              : kv.granularity == KvGranularity::Token ? "per-token"
                                                                       : "per-tensor";
-    s += fmt::format(" | KV{} {} {} {}", kv.bits, kv_mode_name(kv.mode), gran, sym_name(kv.symmetric));
-    if (kv.mode == KvMode::Static) s += " clip=" + clip_text(kv.clip_grid, kv.clip);
+    if (kv.vector()) {
+      s += fmt::format(" | KV{} {} keys {} values per {}", kv.bits, kv_codebook_name(kv.codebook), kv.keys_name(),
+                       kv_axis_name(kv.value_axis));
+      if (kv.outliers > 0) s += fmt::format(" outliers {}%", 100.0 * kv.outliers);
+      if (kv.qnorm) s += " q-norm";
+    } else {
+      s += fmt::format(" | KV{} {} {} {}", kv.bits, kv_mode_name(kv.mode), gran, sym_name(kv.symmetric));
+      if (kv.mode == KvMode::Static) s += " clip=" + clip_text(kv.clip_grid, kv.clip);
+    }
   }
   for (const WeightRule& r : weight_rules) s += " | " + r.describe();
   if (rotate.on) s += fmt::format(" | rotate seed={}", rotate.seed);
@@ -306,7 +391,8 @@ std::string Recipe::describe() const {
 
 std::vector<std::string> Recipe::preset_names() {
   return {"fp16",  "w8a8kv8", "w4a8kv4",   "w4a4kv4",           "w8a8",
-          "w4a16", "w4a16g128", "prefixquant-w8a8kv8", "prefixquant-w4a8kv4", "prefixquant-w4a4kv4"};
+          "w4a16", "w4a16g128", "prefixquant-w8a8kv8", "prefixquant-w4a8kv4", "prefixquant-w4a4kv4",
+          "kvquant-4bit", "kvquant-3bit", "kvquant-2bit", "kvquant-4bit-1pct", "kvquant-3bit-1pct", "kvquant-2bit-1pct"};
 }
 
 namespace {
@@ -365,6 +451,19 @@ Recipe Recipe::from_preset(std::string_view name) {
     c.kv.clip_grid = true;
     c.rotate.on = true;
     c.prefix.spec = "auto";
+  } else if (name.starts_with("kvquant-")) {
+    // KVQuant Table 2's rows (KV only, weights and activations full precision): nuqX with the Fisher
+    // k-means codebook, keys per channel before RoPE, values per token, 1% dense-and-sparse in the
+    // -1pct rows, Q-Norm at 2 bits, the first token ([BOS], the sink) in full precision (§3.6).
+    static const std::regex re("kvquant-([234])bit(-1pct)?");
+    std::cmatch m;
+    if (!std::regex_match(name.begin(), name.end(), m, re)) fail("unknown preset '{}' (--preset): the KVQuant presets are "
+                                                                 "kvquant-{{4|3|2}}bit[-1pct]", name);
+    c.kv.bits = std::stoi(m[1]);
+    c.kv.codebook = KvCodebook::Fisher;
+    c.kv.outliers = m[2].matched ? 0.01 : 0.0;
+    c.kv.qnorm = c.kv.bits == 2;
+    c.prefix.spec = "bos";
   } else if (!parse_short_name(name, c)) {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;

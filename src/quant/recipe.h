@@ -10,8 +10,8 @@
 // k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj); embed_tokens and lm_head are named in
 // the table (kFixedRoles) but stay full precision in this version (their storage type is
 // `sinkq quantize --fp-dtype`), and the KV cache has one setting for keys and values of every
-// layer (per-K/V and per-layer KV settings come with KVQuant, issue 15): a rule naming them is an
-// error that says so, never ignored.
+// layer (the codebook quantizer sets keys and values apart: KvSim; per-layer codebooks are
+// calibrated, not configured): a rule naming them is an error that says so, never ignored.
 //
 // JSON (what --dump-recipe prints and --recipe FILE reads; the artifact's "sim" object):
 //   {"preset": null|"name",
@@ -19,7 +19,9 @@
 //    "weight_rules": [{"layers": [0, -1] | "all", "roles": ["down_proj"] | "all",
 //                      "bits"?, "group_size"?, "symmetric"?, "clip_ratio"?}, ...],
 //    "activations": {"bits", "mode", "granularity", "symmetric", "clip_ratio", "alpha", "columns"},
-//    "kv": {"bits", "mode", "granularity", "symmetric", "clip_ratio"},
+//    "kv": {"bits", "mode", "granularity", "symmetric", "clip_ratio"}   (the integer quantizer)
+//        | {"bits", "codebook": "uniform|nf|kmeans|fisher", "keys": "pre_rope_channel|...",
+//           "values": "token|channel", "outliers": p, "qnorm": bool}   (KVQuant's, issue 15),
 //    "rotation": {"on", "seed"},
 //    "prefix": null|{"spec", "tokens", "source", "eta", "bos_id", "train"?: {"epochs", "lr", "batch"}},
 //    "calibration": null|{"file", "samples", "len", "seed", "grid", "weight_rows"}}
@@ -117,6 +119,20 @@ inline Granularity kv_granularity(KvMode mode, KvGranularity g) {
   return g == KvGranularity::Head ? Granularity::PerHeadShared : Granularity::PerTensor;
 }
 
+// KVQuant's per-vector codebook quantizer (formats/nuq.h, quant/kvquant.h) instead of the integer
+// one: Int = the integer quantizer above (mode, granularity, symmetric, clip); the others code each
+// K / V vector normalised to [−1, 1] with a codebook: Uniform (2^b even levels: min-max integer in
+// the per-vector framework), Nf (NormalFloat), Kmeans (k-means of the calibration values, per
+// layer and per K / V), Fisher (the same weighted by the diagonal Fisher information: nuqX).
+enum class KvCodebook : uint8_t { Int, Uniform, Nf, Kmeans, Fisher };
+std::string_view kv_codebook_name(KvCodebook c);
+KvCodebook parse_kv_codebook(std::string_view s);  // error names --kv-codebook
+// A vector of the codebook quantizer: a token (a row; range online from the row) or a channel (a
+// column over tokens; range calibrated offline: KVQuant §3.7).
+enum class KvAxis : uint8_t { Token, Channel };
+std::string_view kv_axis_name(KvAxis a);
+KvAxis parse_kv_values(std::string_view s);  // "token" | "channel"; error names --kv-values
+
 struct KvSim {
   int bits = kBitsOff;
   KvMode mode = KvMode::Dynamic;
@@ -124,7 +140,26 @@ struct KvSim {
   bool symmetric = true;
   bool clip_grid = true;   // Static only, as ActSim
   float clip = 1.0f;
+  // The codebook quantizer (codebook != Int; KVQuant). Keys: per channel before RoPE by default
+  // (KVQuant §3.1–3.2; the quantizer sits at site k_pre_rope, RoPE runs on the dequantized keys),
+  // or at site k after RoPE; Values per token (§3.1). outliers: the dense-and-sparse fraction p
+  // per vector (§3.4; 0 = none); qnorm: Q-Norm of the levels (§3.5).
+  KvCodebook codebook = KvCodebook::Int;
+  KvAxis key_axis = KvAxis::Channel;
+  bool key_pre_rope = true;
+  KvAxis value_axis = KvAxis::Token;
+  double outliers = 0.0;
+  bool qnorm = false;
   bool on() const { return bits != kBitsOff; }
+  bool vector() const { return on() && codebook != KvCodebook::Int; }
+  // Whether the codebook quantizer needs calibration samples (an offline range or learned levels).
+  bool vector_calibrated() const {
+    return vector() && (key_axis == KvAxis::Channel || value_axis == KvAxis::Channel || qnorm ||
+                        codebook == KvCodebook::Kmeans || codebook == KvCodebook::Fisher);
+  }
+  // "pre_rope_channel" | "post_rope_channel" | "pre_rope_token" | "post_rope_token" (--kv-keys).
+  std::string keys_name() const;
+  void parse_keys(std::string_view s);  // error names --kv-keys
   // The QuantSpec of the K and V sites (clip ratio 1; a static search sets its own).
   QuantSpec spec(int head_dim) const {
     QuantSpec s;
@@ -273,10 +308,14 @@ struct Recipe {
   bool any() const { return weights_on() || a.on() || kv.on(); }
   bool act_static() const { return a.on() && a.mode == ActMode::Static; }
   bool kv_static() const { return kv.on() && kv.mode == KvMode::Static; }
-  // Whether build_sim needs calibration samples: weight clip grid, static activations or KV.
+  // Whether build_sim needs calibration samples: weight clip grid, static activations or KV, a
+  // calibrated KV codebook quantizer, training.
   bool needs_calibration() const {
-    return weight_clip_grid() || act_static() || kv_static() || prefix.train_epochs > 0 || finetune.on();
+    return weight_clip_grid() || act_static() || kv_static() || kv.vector_calibrated() || prefix.train_epochs > 0 ||
+           finetune.on();
   }
+  // The flags that make it need calibration, e.g. "--w-clip grid, --a-quant static" ("" if none).
+  std::string calibration_needed_by() const;
   // Throws sinkq::Error naming the CLI flag of the offending field (--w-bits, --a-quant, ...).
   void validate() const;
   // The model-dependent check: every layer a weight rule names exists (error naming the rule).

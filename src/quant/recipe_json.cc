@@ -111,7 +111,14 @@ nlohmann::json Recipe::to_json() const {
   }
   j["activations"] = ja;
   json jk{{"bits", kv.bits}};
-  if (kv.on()) {
+  if (kv.vector()) {
+    jk["codebook"] = kv_codebook_name(kv.codebook);
+    jk["keys"] = kv.keys_name();
+    jk["values"] = kv_axis_name(kv.value_axis);
+    jk["outliers"] = kv.outliers;
+    jk["qnorm"] = kv.qnorm;
+    jk["sites"] = {kv.key_pre_rope ? "k_pre_rope" : "k", "v"};
+  } else if (kv.on()) {
     jk["mode"] = kv_mode_name(kv.mode);
     jk["granularity"] = kv_granularity_name(kv.granularity);
     jk["dynamic"] = kv.mode == KvMode::Dynamic;
@@ -317,7 +324,15 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     }
   }
   if (const json* jk = R.find(j, "kv")) {
-    R.keys(*jk, "kv", {"bits", "mode", "granularity", "symmetric", "clip_ratio"}, {"dynamic", "clip_search", "sites"});
+    R.keys(*jk, "kv", {"bits", "mode", "granularity", "symmetric", "clip_ratio", "codebook", "keys", "values", "outliers", "qnorm"},
+           {"dynamic", "clip_search", "sites"});
+    if (const json* v = R.find(*jk, "codebook")) c.kv.codebook = R.name(*v, "kv.codebook", parse_kv_codebook);
+    if (const json* v = R.find(*jk, "keys"))
+      R.name(*v, "kv.keys", [&c](const std::string& s) { c.kv.parse_keys(s); return 0; });
+    if (const json* v = R.find(*jk, "values"))
+      c.kv.value_axis = R.name(*v, "kv.values", [](const std::string& s) { return parse_kv_values(s); });
+    if (const json* v = R.find(*jk, "outliers")) c.kv.outliers = R.number(*v, "kv.outliers");
+    if (const json* v = R.find(*jk, "qnorm")) c.kv.qnorm = R.boolean(*v, "kv.qnorm");
     if (const json* v = R.find(*jk, "bits")) c.kv.bits = R.integer(*v, "kv.bits");
     if (const json* v = R.find(*jk, "mode")) c.kv.mode = R.name(*v, "kv.mode", parse_kv_mode);
     if (const json* v = R.find(*jk, "granularity")) c.kv.granularity = R.name(*v, "kv.granularity", parse_kv_granularity);

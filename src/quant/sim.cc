@@ -222,7 +222,7 @@ std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, c
       }
     }
   }
-  if (cfg.kv.on() && cfg.kv.mode == KvMode::Dynamic) {
+  if (cfg.kv.on() && cfg.kv.mode == KvMode::Dynamic && !cfg.kv.vector()) {
     const QuantSpec spec = cfg.kv.spec(mc.head_dim);
     // layer -1: every layer; the logits site is never K or V, so only k/v of each layer run it.
     for (Site s : {Site::K, Site::V}) handles.push_back(hooks.add(s, -1, dynamic_hook(spec)));
@@ -235,6 +235,8 @@ std::vector<int> attach(Forward& fwd, const Recipe& cfg) {
   SINKQ_CHECK(!cfg.act_static(), "--a-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.kv_static(), "--kv-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.rotate.on, "--rotate needs the rotated model and its online rotations: use build_sim / SimModel::attach");
+  SINKQ_CHECK(!cfg.kv.vector(), "--kv-codebook {} needs its calibrated ranges and levels: use build_sim / SimModel::attach",
+              kv_codebook_name(cfg.kv.codebook));
   return attach_dynamic_hooks(fwd, cfg);
 }
 
@@ -255,6 +257,13 @@ std::vector<int> SimModel::attach_hooks(Forward& fwd) const {
     handles.push_back(fwd.hooks().add(q.site, q.layer, [spec = q.spec, p = q.params](SiteView& v) {
       fake_quant(spec, p, v.data, v.tokens, v.features);
     }));
+  }
+  SINKQ_CHECK(!cfg.kv.vector() || kvq.size() == size_t(fwd.model().config().num_layers) || kvq.empty(),
+              "SimModel: KV codebooks for {} layers, the model has {}", kvq.size(), fwd.model().config().num_layers);
+  const Site ksite = cfg.kv.key_pre_rope ? Site::KPreRope : Site::K;
+  for (size_t l = 0; l < kvq.size(); ++l) {
+    handles.push_back(fwd.hooks().add(ksite, int(l), [c = &kvq[l].k](SiteView& v) { c->apply(v.data, v.tokens, v.features); }));
+    handles.push_back(fwd.hooks().add(Site::V, int(l), [c = &kvq[l].v](SiteView& v) { c->apply(v.data, v.tokens, v.features); }));
   }
   return handles;
 }

@@ -35,6 +35,7 @@
 #include "model/kv_prefix.h"
 #include "model/model.h"
 #include "quant/crossquant.h"
+#include "quant/kvquant.h"
 #include "quant/rotate.h"
 
 namespace sinkq::quant {
@@ -111,6 +112,7 @@ struct SimModel {
   Recipe cfg;
   ModelClipRatios weight_clip;       // empty unless cfg.w.clip_grid
   std::vector<StaticQuant> statics;  // static activation / KV quantizers, forward order per layer
+  std::vector<KvQuantLayer> kvq;     // per layer: the K and V codebook quantizers (cfg.kv.vector())
   // The KV prefix every Forward of this model runs behind (null = none): cfg.prefix.tokens run
   // through the rotated fp model (source Fp) or through this quantized model (source Quant).
   std::shared_ptr<const KvPrefix> prefix;
@@ -146,6 +148,8 @@ using CalibProgress = std::function<void(std::string_view stage, int64_t done, i
 //   3. fake-quantize the weights (fixed ratio or the chosen ones);
 //   4. static activation / KV scales (cfg.a / cfg.kv static) by grid search on the block output
 //      of the quantized-weight model, layer by layer, sites in forward order (calibrate.h).
+//   4b. the KV codebook quantizers (cfg.kv.vector(); kvquant.h): ranges, levels, Fisher weights
+//      on the model as steps 1-4 made it;
 //   5. block-wise fine-tuning (cfg.finetune; finetune.h): per block in order, the fp weights and
 //      every quantization parameter trained from the values steps 2-4 chose;
 //   6. the prefix KV (source Quant: by the finished quantized model);

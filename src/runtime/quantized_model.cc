@@ -128,6 +128,11 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
               "CrossQuant activations (--a-quant cross) cannot run: their per-element scales s_ij = "
               "rowmax_i^α·colmax_j^(1-α) are neither per-token nor per-tensor, and the integer GEMM fuses only "
               "those; use --a-quant dynamic or static, or the simulator");
+  SINKQ_CHECK(!cfg.kv.vector(),
+              "--kv-codebook {} cannot run on the packed runtime yet: its KV store holds int8 / int4 codes with "
+              "per-token / per-head scales, not codebook indices with sparse outliers (KVQuant's packed LUT "
+              "kernels, issue 15); run it in the simulator (sinkq ppl / generate on the source model)",
+              quant::kv_codebook_name(cfg.kv.codebook));
   if (cfg.kv.on()) {
     // The packed KV cache (packed_kv.h); throws for schemes it cannot store. Static params are
     // checked against the model when a Forward gets the cache.

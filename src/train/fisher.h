@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "train/grad_model.h"
 
 namespace sinkq::train {
 
@@ -32,6 +33,20 @@ struct FisherResult {
   std::vector<double> mean_k, mean_v;     // per layer: mean F over every element (a summary)
   std::vector<double> loss;               // per sample: mean NLL
 };
+
+// The Fisher information of one sample: per layer F = (∂ℓ/∂a)² of K before RoPE (k) and of V (v),
+// [T, kv_dim], with the activations themselves (k_values, v_values); ℓ the summed NLL of the
+// sample's next-token targets, the sample behind `prefix` (null: none; positions start at its
+// size). The one definition write_fisher and KVQuant's codebook calibration (quant/kvquant.h) use.
+struct FisherSample {
+  std::vector<std::vector<float>> k, v, k_values, v_values;
+  double loss = 0;  // mean NLL
+};
+// v_basis (optional): called with (layer, ∂ℓ/∂V [T, kv_dim]) before squaring, to carry the gradient
+// into another basis of V (the rotated model's: ·R2 per head).
+FisherSample fisher_sample(const ModelConfig& c, const Params<float>& p, const std::vector<int32_t>& tokens,
+                           const PrefixKv<float>* prefix = nullptr,
+                           const std::function<void(int, std::vector<float>&)>& v_basis = {});
 
 // Computes and writes the file (atomically; `out` untouched on an error). samples: token ids, each
 // at least 2 tokens. progress(done, total) after each sample.

@@ -428,6 +428,13 @@ TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
               HasSubstr("CrossQuant activations (--a-quant cross) cannot run"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.a.symmetric = false; }), HasSubstr("asymmetric activations cannot run"));
   EXPECT_THAT(err("w4a8kv4", [](auto& c) { c.kv.bits = 3; }), HasSubstr("packed KV: int3 is not a packed KV format"));
+  EXPECT_THAT(error_of([] {
+                quant::Recipe c = quant::Recipe::from_preset("w4a8kv4");
+                c.kv.codebook = quant::KvCodebook::Nf;
+                c.kv.key_axis = quant::KvAxis::Token;
+                check_runnable(c);
+              }),
+              HasSubstr("--kv-codebook nf cannot run on the packed runtime yet"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.w.group = 128; }),
               HasSubstr("int8 weights in groups of 128 columns cannot run"));
   // A weight rule that no kernel runs is named, whichever roles it applies to (here not q_proj).

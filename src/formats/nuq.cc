@@ -105,11 +105,30 @@ Range outlier_range(const float* x, int64_t n, int64_t stride, double p) {
   return {lo, hi};
 }
 
+int encode(float x, const Range& r, std::span<const float> levels) {
+  return nearest(levels, std::clamp((x - r.zero()) / r.scale(), -1.0f, 1.0f));
+}
+
 Coded code_one(float x, const Range& r, std::span<const float> levels, bool sparse) {
-  if (sparse && (x > r.hi || x < r.lo)) return {fp16_round(x), true};
-  const float s = r.scale(), z = r.zero();
-  const float u = std::clamp((x - z) / s, -1.0f, 1.0f);
-  return {levels[size_t(nearest(levels, u))] * s + z, false};
+  if (is_outlier(x, r, sparse)) return {fp16_round(x), true};
+  return {decode(encode(x, r, levels), r, levels), false};
+}
+
+Codec::Count Codec::apply(float* x, int64_t rows, int64_t cols) const {
+  SINKQ_CHECK(!per_channel || (int64_t(lo.size()) == cols && int64_t(hi.size()) == cols),
+              "KV codec: calibrated for {} channels, the site has {}", lo.size(), cols);
+  Count n;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * cols;
+    const Range tr = per_channel ? Range{} : row_range(row, cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const Coded q = code_one(row[c], per_channel ? channel_range(c) : tr, levels, sparse());
+      row[c] = q.value;
+      n.outliers += q.outlier;
+    }
+  }
+  n.values = rows * cols;
+  return n;
 }
 
 }  // namespace sinkq::formats::nuq

@@ -63,6 +63,16 @@ int64_t outliers_per_side(int64_t n, double p);
 // outliers_per_side(n, p) largest and smallest values are set aside.
 Range outlier_range(const float* x, int64_t n, int64_t stride, double p);
 
+// One element: the index of its level (normalised, clamped to [−1, 1], nearest level) and the value
+// that index decodes to. Every coder of sinkq (the simulator's fake quant, the packed KV store)
+// goes through these two, so their values are the same bits.
+int encode(float x, const Range& r, std::span<const float> levels);
+inline float decode(int code, const Range& r, std::span<const float> levels) {
+  return levels[size_t(code)] * r.scale() + r.zero();
+}
+// Whether x is an outlier of range r (outside it, with the sparse part on).
+inline bool is_outlier(float x, const Range& r, bool sparse) { return sparse && (x > r.hi || x < r.lo); }
+
 // One element: the dequantized value (the sparse fp16 value for an outlier when sparse), and
 // whether it was an outlier.
 struct Coded {
@@ -70,5 +80,25 @@ struct Coded {
   bool outlier;
 };
 Coded code_one(float x, const Range& r, std::span<const float> levels, bool sparse);
+
+// One layer's K or V quantizer: its vectors are channels (per_channel: the calibrated range of
+// every column in lo / hi) or tokens (a row's range computed from the row), with `outliers` the
+// dense-and-sparse fraction and `levels` the codebook (quant/kvquant.h calibrates them).
+struct Codec {
+  bool per_channel = false;
+  double outliers = 0;
+  std::vector<float> levels;  // ascending, 2^bits
+  std::vector<float> lo, hi;  // per_channel: [cols]
+  bool sparse() const { return outliers > 0; }
+  // The range of row `row` [cols] (token vectors) or of column c (channel vectors).
+  Range row_range(const float* row, int64_t cols) const { return outlier_range(row, cols, 1, outliers); }
+  Range channel_range(int64_t c) const { return {lo[size_t(c)], hi[size_t(c)]}; }
+  struct Count {
+    int64_t values = 0, outliers = 0;
+  };
+  // Fake-quantizes x [rows, cols] in place (code_one per element): the simulator's quantizer and
+  // the scalar reference of the packed store. Throws when a channel codec's width differs.
+  Count apply(float* x, int64_t rows, int64_t cols) const;
+};
 
 }  // namespace sinkq::formats::nuq

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/mmap.h"
 
 namespace sinkq {
 
@@ -143,6 +144,13 @@ Forward::Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t ma
               "context of {} tokens is longer than the model's max_position_embeddings ({})",
               max_ctx, c.max_position_embeddings);
   max_batch_ = std::min(max_batch_, max_ctx);
+  // The fp32 cache is sized by the request (max_ctx), checked against memory before allocating.
+  const uint64_t kv_bytes = uint64_t(c.num_layers) * 2 * uint64_t(max_ctx) * uint64_t(c.kv_dim()) * sizeof(float);
+  const uint64_t avail = mem_available_bytes();
+  SINKQ_CHECK(avail == 0 || kv_bytes <= avail,
+              "a KV cache of {} tokens needs {:.2f} GB ({} layers x 2 x {} x fp32), {:.2f} GB of memory is available: "
+              "lower the context (--ctx)",
+              max_ctx, double(kv_bytes) / 1e9, c.num_layers, c.kv_dim(), double(avail) / 1e9);
   cache_ = KVCache(c.num_layers, max_ctx, c.kv_dim());
   hooks_.resize(c.num_layers);
   attn_shape_ = AttnShape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
@@ -201,6 +209,7 @@ void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
     store_rows_ = 0;
     k_new_ = {};
     v_new_ = {};
+    k_pre_ = {};
     return;
   }
   SINKQ_CHECK(store->num_layers() == c.num_layers && store->kv_dim() == c.kv_dim(),
@@ -216,6 +225,7 @@ void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
   store_rows_ = 0;
   k_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
   v_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
+  if (store_->keys_before_rope()) k_pre_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
 }
 
 std::shared_ptr<const KvPrefix> KvPrefix::from_rows(std::vector<int32_t> tokens, int num_layers, int64_t kv_dim,
@@ -348,6 +358,9 @@ void Forward::layer(int l, int64_t T) {
   linear(xn, T, w.wk, w.impl.k.get(), w.bk, k);
   linear(xn, T, w.wv, w.impl.v.get(), w.bv, v);
   site(Site::KPreRope, l, k, T, KV);
+  // A store that keeps keys before RoPE gets these rows (it applies RoPE itself in attention()).
+  const bool pre_rope_store = store_ && store_->keys_before_rope();
+  if (pre_rope_store) std::copy(k, k + T * KV, k_pre_.data());
   rope_apply(model_->rope(), q_.data(), T, c.num_heads, pos);
   rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
   site(Site::Q, l, q_.data(), T, c.q_dim());
@@ -355,7 +368,7 @@ void Forward::layer(int l, int64_t T) {
   site(Site::V, l, v, T, KV);
   const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
   if (store_) {
-    store_->write(l, body_past, k, v, T);
+    store_->write(l, body_past, pre_rope_store ? k_pre_.data() : k, v, T);
     store_->attention(l, attn_shape_, q_.data(), prefix, body_past, T, att_.data());
   } else {
     attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());

@@ -198,7 +198,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
       for (const auto& [site, r] : report[part].items())
         sum += fmt::format("{}{} clip {}", sum.empty() ? "" : "; ", site, range_text(r.at("ratio")));
     }
-    if (report.contains("kv_codebooks")) {
+    if (report.contains("kv_codebooks") && report["kv_codebooks"].contains("layers")) {
       double e[2] = {0, 0}, u[2] = {0, 0};
       for (const auto& l : report["kv_codebooks"]["layers"])
         for (int i = 0; i < 2; ++i)

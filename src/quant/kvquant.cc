@@ -21,43 +21,24 @@ using nlohmann::json;
 
 namespace {
 
-// The range of element (row, col) of x [rows, cols] under `codec` (a token's computed from its row).
+// Calls f(row, col, range) for every element of x [rows, cols] under `codec` (a token's range
+// computed from its row, a channel's the calibrated one).
 template <class F>
 void for_each_range(const KvCodec& codec, const float* x, int64_t rows, int64_t cols, F&& f) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = x + r * cols;
-    if (codec.axis == KvAxis::Token) {
-      const nuq::Range range = nuq::outlier_range(row, cols, 1, codec.outliers);
-      for (int64_t c = 0; c < cols; ++c) f(r, c, range);
-    } else {
-      for (int64_t c = 0; c < cols; ++c) f(r, c, nuq::Range{codec.lo[size_t(c)], codec.hi[size_t(c)]});
-    }
+    const nuq::Range tr = codec.per_channel ? nuq::Range{} : codec.row_range(row, cols);
+    for (int64_t c = 0; c < cols; ++c) f(r, c, codec.per_channel ? codec.channel_range(c) : tr);
   }
 }
 
 }  // namespace
 
-KvCodec::Count KvCodec::apply(float* x, int64_t rows, int64_t cols) const {
-  SINKQ_CHECK(axis == KvAxis::Token || (int64_t(lo.size()) == cols && int64_t(hi.size()) == cols),
-              "KV codec: calibrated for {} channels, the site has {}", lo.size(), cols);
-  Count n;
-  const bool sparse = outliers > 0;
-  for_each_range(*this, x, rows, cols, [&](int64_t r, int64_t c, const nuq::Range& range) {
-    float& e = x[r * cols + c];
-    const nuq::Coded q = nuq::code_one(e, range, levels, sparse);
-    e = q.value;
-    n.outliers += q.outlier;
-  });
-  n.values = rows * cols;
-  return n;
-}
-
 void normalised_values(const KvCodec& codec, const float* x, const float* fisher, int64_t rows, int64_t cols,
                        std::vector<WeightedValue>& out) {
-  const bool sparse = codec.outliers > 0;
   for_each_range(codec, x, rows, cols, [&](int64_t r, int64_t c, const nuq::Range& range) {
     const float e = x[r * cols + c];
-    if (sparse && (e > range.hi || e < range.lo)) return;
+    if (nuq::is_outlier(e, range, codec.sparse())) return;
     const float u = std::clamp((e - range.zero()) / range.scale(), -1.0f, 1.0f);
     out.push_back({u, fisher ? fisher[r * cols + c] : 1.0f});
   });
@@ -144,7 +125,7 @@ struct KvRows {
 KvCodec make_codec(const KvSim& kv, KvAxis axis, const std::vector<float>& x, const std::vector<float>* fisher,
                    int64_t cols, json& rep) {
   KvCodec c;
-  c.axis = axis;
+  c.per_channel = axis == KvAxis::Channel;
   c.outliers = kv.outliers;
   const int64_t rows = int64_t(x.size()) / cols;
   if (axis == KvAxis::Channel) {
@@ -196,6 +177,14 @@ std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& 
   const int L = mc.num_layers;
   const int64_t KV = mc.kv_dim();
   const bool fisher = kv.codebook == KvCodebook::Fisher;
+  if (!kv.vector_calibrated()) {
+    // Token vectors with fixed levels (uniform / nf, no Q-Norm): nothing to calibrate.
+    KvCodec c;
+    c.outliers = kv.outliers;
+    c.levels = kv.codebook == KvCodebook::Nf ? nuq::nf_levels(kv.bits) : nuq::uniform_levels(kv.bits);
+    report["kv_codebooks"] = {{"calibrated", false}, {"levels", c.levels}};
+    return std::vector<KvQuantLayer>(static_cast<size_t>(L), KvQuantLayer{c, c});
+  }
   int64_t tokens = 0, longest = 0;
   for (const auto& s : calib) tokens += int64_t(s.size()), longest = std::max(longest, int64_t(s.size()));
   const uint64_t need = uint64_t(L) * 2 * uint64_t(tokens) * uint64_t(KV) * sizeof(float) * (fisher ? 2 : 1);

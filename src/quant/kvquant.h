@@ -33,6 +33,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
+#include <string_view>
 #include <memory>
 #include <span>
 #include <vector>
@@ -46,18 +48,8 @@ namespace sinkq::quant {
 
 struct SimModel;
 
-// One layer's K or V quantizer.
-struct KvCodec {
-  KvAxis axis = KvAxis::Token;
-  double outliers = 0;        // dense-and-sparse fraction per vector (0: none)
-  std::vector<float> levels;  // ascending, 2^bits (Q-Norm folded in)
-  std::vector<float> lo, hi;  // channel axis: the calibrated range of every column
-  struct Count {
-    int64_t values = 0, outliers = 0;
-  };
-  // Fake-quantizes x [rows, cols] in place (formats/nuq.h code_one per element).
-  Count apply(float* x, int64_t rows, int64_t cols) const;
-};
+// One layer's K or V quantizer (formats/nuq.h: per_channel, outliers, levels, the channel ranges).
+using KvCodec = formats::nuq::Codec;
 
 struct KvQuantLayer {
   KvCodec k, v;
@@ -87,7 +79,9 @@ double codebook_error(std::span<const float> levels, std::span<const WeightedVal
 // The calibrated quantizers of every layer (build_sim's KV step): `sm` holds the model and the
 // hooks so far (its kvq empty), `fp_prefix` the prefix the calibration runs behind (null: none),
 // `base` the full-precision unrotated model (for the Fisher information). Adds "kv_codebooks" to
-// report. Refuses (sinkq::Error) when the calibration activations would not fit in memory.
+// report. Refuses (sinkq::Error) when the calibration activations would not fit in memory. A
+// recipe that calibrates nothing (token vectors, uniform / nf levels, no Q-Norm) gets its fixed
+// codecs without running anything.
 std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& base, const SimModel& sm,
                                             const std::shared_ptr<const KvPrefix>& fp_prefix,
                                             std::span<const std::vector<int32_t>> calib,

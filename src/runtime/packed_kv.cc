@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "quant/hadamard.h"
 
 namespace sinkq::runtime {
 
@@ -110,6 +111,66 @@ void PackedKvStore::attention(int layer, const AttnShape& s, const float* q, con
 
 void attach_packed_kv(Forward& fwd, const KvScheme& scheme) {
   fwd.set_kv_store(std::make_unique<PackedKvStore>(fwd.model().config(), fwd.body_capacity(), scheme));
+}
+
+CodebookKvScheme CodebookKvScheme::from_sim(const quant::SimModel& sm) {
+  SINKQ_CHECK(sm.cfg.kv.vector(), "codebook KV: the recipe's KV quantizer is not a codebook (kv.codebook int)");
+  CodebookKvScheme s;
+  s.key_pre_rope = sm.cfg.kv.key_pre_rope;
+  s.r3 = sm.cfg.rotate.on;
+  s.layers = sm.kvq;
+  return s;
+}
+
+namespace {
+
+lowbit::CodebookKvCache make_codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s) {
+  SINKQ_CHECK(int(s.layers.size()) == c.num_layers, "codebook KV: quantizers for {} layers, the model has {}",
+              s.layers.size(), c.num_layers);
+  std::vector<formats::nuq::Codec> k, v;
+  for (const quant::KvQuantLayer& l : s.layers) k.push_back(l.k), v.push_back(l.v);
+  return lowbit::CodebookKvCache(c.num_layers, c.kv_dim(), capacity, std::move(k), std::move(v));
+}
+
+}  // namespace
+
+CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s)
+    : cache_(make_codebook_cache(m.config(), capacity, s)),
+      rope_(&m.rope()),
+      kv_heads_(m.config().num_kv_heads),
+      head_dim_(m.config().head_dim),
+      pre_rope_(s.key_pre_rope),
+      r3_(s.r3) {}
+
+std::string CodebookKvStore::describe() const {
+  return fmt::format("KV{} codebook (keys {} RoPE{}; b-bit indices, fp16 outliers CSR by token)", cache_.bits(),
+                     pre_rope_ ? "before" : "after", pre_rope_ && r3_ ? ", R3 after decoding" : "");
+}
+
+void CodebookKvStore::write(int layer, int64_t row0, const float* k, const float* v, int64_t T) {
+  cache_.store(layer, row0, k, v, T);
+}
+
+void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix,
+                                int64_t n_past, int64_t T, float* out) const {
+  const int64_t n = n_past + T, KV = cache_.kv_dim();
+  k_.resize(size_t(n * KV));
+  v_.resize(size_t(n * KV));
+  cache_.dequantize(layer, false, n, k_.data());
+  cache_.dequantize(layer, true, n, v_.data());
+  if (pre_rope_) {
+    // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
+    // position, then the k-site R3 when the model is rotated (both per row: the same bits).
+    pos_.resize(size_t(n));
+    for (int64_t j = 0; j < n; ++j) pos_[size_t(j)] = int32_t(prefix.rows + j);
+    rope_apply(*rope_, k_.data(), n, kv_heads_, pos_);
+    if (r3_) quant::fwht_inplace(k_.data(), n * kv_heads_, head_dim_);
+  }
+  sinkq::attention(s, q, prefix, k_.data(), v_.data(), n_past, T, out);
+}
+
+void attach_codebook_kv(Forward& fwd, const CodebookKvScheme& scheme) {
+  fwd.set_kv_store(std::make_unique<CodebookKvStore>(fwd.model(), fwd.body_capacity(), scheme));
 }
 
 }  // namespace sinkq::runtime

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "lowbit/codebook_kv.h"
 #include "lowbit/formats.h"
 #include "lowbit/kv_kernels.h"
 #include "model/kv_store.h"
@@ -74,6 +75,47 @@ class PackedKvStore final : public KvStore {
   lowbit::PackedKvCache cache_;
   std::string describe_;
 };
+
+// KVQuant's packed KV body (lowbit/codebook_kv.h): the per-layer K / V codebook quantizers of a
+// simulator recipe with kv.codebook != int (quant/kvquant.h), stored as b-bit indices, token
+// ranges and fp16 outliers. Keys coded before RoPE (kv.keys pre_rope_*) are written before RoPE
+// (KvStore::keys_before_rope) and get RoPE — and R3 when rotation is on, as the k-site hook gives
+// the simulator's keys — in attention(), after decoding. This first version decodes the rows into
+// fp32 scratch and runs the fp32 attention kernel on them (the reference of the fused LUT
+// kernels to come): its logits equal the simulator's bit for bit; its memory is the packed body
+// plus one layer's fp32 scratch.
+struct CodebookKvScheme {
+  bool key_pre_rope = true;
+  bool r3 = false;  // rotation on: R3 (per-head H/√head_dim) after RoPE on decoded pre-RoPE keys
+  std::vector<quant::KvQuantLayer> layers;
+  static CodebookKvScheme from_sim(const quant::SimModel& sm);
+};
+
+class CodebookKvStore final : public KvStore {
+ public:
+  CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s);
+  int num_layers() const override { return cache_.num_layers(); }
+  int64_t kv_dim() const override { return cache_.kv_dim(); }
+  int64_t capacity() const override { return cache_.capacity(); }
+  size_t bytes() const override { return cache_.bytes(); }
+  std::string describe() const override;
+  bool keys_before_rope() const override { return pre_rope_; }
+  void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) override;
+  void attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
+                 int64_t T, float* out) const override;
+  const lowbit::CodebookKvCache& cache() const { return cache_; }
+
+ private:
+  lowbit::CodebookKvCache cache_;
+  const RopeTable* rope_;
+  int kv_heads_, head_dim_;
+  bool pre_rope_, r3_;
+  mutable std::vector<float> k_, v_;  // one layer's decoded rows
+  mutable std::vector<int32_t> pos_;
+};
+
+// Replaces fwd's body cache by a CodebookKvStore of the same capacity (between sequences).
+void attach_codebook_kv(Forward& fwd, const CodebookKvScheme& scheme);
 
 // Replaces fwd's body cache by a PackedKvStore of the same capacity (Forward::set_kv_store: only
 // between sequences). The Forward's hooks are untouched.

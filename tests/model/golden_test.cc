@@ -122,5 +122,21 @@ TEST(Forward, ContextOverflowIsAnError) {
   EXPECT_THROW(fwd.step(bad, false), Error);  // token id outside the vocabulary
 }
 
+TEST(Forward, ContextBeyondMemoryIsRefusedBeforeAllocation) {
+  // A tiny model that claims 2^30 positions: a cache of 2^30 tokens (8 layers x 2 x kv_dim 16 x
+  // fp32 = 1 KiB per token: 1 TiB) fits no test machine; the error names the figure and --ctx
+  // instead of a std::bad_alloc or the OOM killer.
+  testing::TempDir d;
+  testing::TinyModelSpec spec;
+  spec.layers = 8;
+  spec.max_pos = 1 << 30;
+  testing::write_tiny_model(d.path(), spec);
+  const auto model = std::shared_ptr<const Model>(Model::load(d.path()));
+  ASSERT_GT(mem_available_bytes(), 0u);  // Linux: /proc/meminfo is there
+  const std::string e = testing::error_of([&] { Forward(model, int64_t(1) << 30); });
+  EXPECT_NE(e.find("KV cache of 1073741824 tokens needs 1099.51 GB"), std::string::npos) << e;
+  EXPECT_NE(e.find("--ctx"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace sinkq

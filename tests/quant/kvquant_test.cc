@@ -97,7 +97,7 @@ TEST(KvQuant, QNormMatchesMeanAndStd) {
 
 TEST(KvQuant, ChannelCodecUsesItsCalibratedRangeAndKeepsOutliers) {
   KvCodec c;
-  c.axis = KvAxis::Channel;
+  c.per_channel = true;
   c.outliers = 0.01;
   c.levels = nuq::uniform_levels(2);  // -1, -1/3, 1/3, 1
   c.lo = {0.0f, -10.0f};
@@ -154,9 +154,9 @@ TEST(KvQuant, CalibratesEveryLayerOnStories260K) {
       EXPECT_EQ(c->levels.size(), 8u);
       EXPECT_TRUE(std::is_sorted(c->levels.begin(), c->levels.end()));
     }
-    EXPECT_EQ(a.kvq[size_t(l)].k.axis, KvAxis::Channel);
+    EXPECT_TRUE(a.kvq[size_t(l)].k.per_channel);
     EXPECT_EQ(a.kvq[size_t(l)].k.lo.size(), size_t(m->config().kv_dim()));
-    EXPECT_EQ(a.kvq[size_t(l)].v.axis, KvAxis::Token);
+    EXPECT_FALSE(a.kvq[size_t(l)].v.per_channel);
     for (const char* kv : {"k", "v"}) {
       const auto& r = rep["layers"][size_t(l)][kv];
       // k-means minimises the same (unweighted) objective the uniform grid is scored on.
@@ -276,6 +276,16 @@ TEST(KvQuant, RecipeFieldsRoundTripAndErrorsNameTheFlag) {
   Recipe nf = kvquant(4, KvCodebook::Nf);
   nf.kv.key_axis = KvAxis::Token;
   EXPECT_FALSE(nf.needs_calibration());
+}
+
+TEST(KvQuant, FixedCodebooksNeedNoCalibrationAndStillQuantize) {
+  Recipe nf = kvquant(4, KvCodebook::Nf);
+  nf.kv.key_axis = KvAxis::Token;
+  const SimModel s = build_sim(testing::stories260k(), nf, {});
+  ASSERT_EQ(s.kvq.size(), size_t(testing::stories260k()->config().num_layers));
+  EXPECT_EQ(s.kvq[0].k.levels, nuq::nf_levels(4));
+  EXPECT_FALSE(s.kvq[0].k.per_channel);
+  EXPECT_GT(logit_error(s), 0.0);  // the KV really is quantized
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -282,9 +283,44 @@ QuantizedModel load_artifact(const std::string& dir) {
       }
     }
   }
+  // KVQuant's codebook KV: levels (ascending, finite) and channel ranges (finite, lo <= hi).
+  if (qm.cfg.kv.vector()) {
+    CodebookKvScheme cs;
+    cs.key_pre_rope = qm.cfg.kv.key_pre_rope;
+    cs.r3 = qm.cfg.rotate.on;
+    const int64_t n_levels = int64_t(1) << qm.cfg.kv.bits, KV = mc.kv_dim();
+    for (int l = 0; l < mc.num_layers; ++l) {
+      quant::KvQuantLayer layer;
+      for (const bool value : {false, true}) {
+        quant::KvCodec& c = value ? layer.v : layer.k;
+        const std::string base = fmt::format("{}kv_codebook.{}", layer_prefix(l), value ? "v" : "k");
+        c.per_channel = (value ? qm.cfg.kv.value_axis : qm.cfg.kv.key_axis) == quant::KvAxis::Channel;
+        c.outliers = qm.cfg.kv.outliers;
+        c.levels = L.copy<float>(L.tensor(want(base + ".levels"), "F32", {n_levels}));
+        for (size_t i = 0; i < c.levels.size(); ++i)
+          SINKQ_CHECK(std::isfinite(c.levels[i]) && (i == 0 || c.levels[i] >= c.levels[i - 1]),
+                      "{}: tensor '{}.levels': entry {} = {} is not finite and ascending", L.tensors_path, base, i,
+                      c.levels[i]);
+        if (c.per_channel) {
+          c.lo = L.copy<float>(L.tensor(want(base + ".lo"), "F32", {KV}));
+          c.hi = L.copy<float>(L.tensor(want(base + ".hi"), "F32", {KV}));
+          for (int64_t j = 0; j < KV; ++j)
+            SINKQ_CHECK(std::isfinite(c.lo[size_t(j)]) && std::isfinite(c.hi[size_t(j)]) && c.lo[size_t(j)] <= c.hi[size_t(j)],
+                        "{}: tensors '{}.lo' / '.hi': channel {} range [{}, {}] is not finite and ordered", L.tensors_path,
+                        base, j, c.lo[size_t(j)], c.hi[size_t(j)]);
+        }
+      }
+      cs.layers.push_back(std::move(layer));
+    }
+    qm.kv_codebook = std::move(cs);
+  }
   try {
     qm.rt = runtime_config(qm.cfg, statics);  // as build_quantized derives it
-    if (qm.cfg.kv.on()) {
+    if (qm.kv_codebook) {
+      std::vector<formats::nuq::Codec> k, v;
+      for (const quant::KvQuantLayer& l : qm.kv_codebook->layers) k.push_back(l.k), v.push_back(l.v);
+      lowbit::CodebookKvCache check(mc.num_layers, mc.kv_dim(), 1, std::move(k), std::move(v));  // against the model
+    } else if (qm.cfg.kv.on()) {
       qm.kv = KvScheme::from_sim(qm.cfg.kv, statics);
       PackedKvStore check(mc, /*capacity=*/1, *qm.kv);  // the scheme and its params against the model
     }

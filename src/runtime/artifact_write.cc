@@ -168,6 +168,19 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       if (!p.symmetric) tl.add_copy(base + ".kv_zero", DType::F32, {int64_t(p.zero.size())}, p.zero, "I32");
       tl.add_copy(base + ".kv_clip", DType::F32, {1}, std::vector<float>{q.spec.clip_ratio});
     }
+  // KVQuant's codebook KV: per layer and K / V its levels and, for channel vectors, their ranges
+  // (the rest — bits, axes, outlier fraction — is in the recipe).
+  if (qm.kv_codebook)
+    for (size_t l = 0; l < qm.kv_codebook->layers.size(); ++l)
+      for (const bool value : {false, true}) {
+        const quant::KvCodec& c = value ? qm.kv_codebook->layers[l].v : qm.kv_codebook->layers[l].k;
+        const std::string base = fmt::format("{}kv_codebook.{}", layer_prefix(int(l)), value ? "v" : "k");
+        tl.add_copy(base + ".levels", DType::F32, {int64_t(c.levels.size())}, c.levels);
+        if (c.per_channel) {
+          tl.add_copy(base + ".lo", DType::F32, {int64_t(c.lo.size())}, c.lo);
+          tl.add_copy(base + ".hi", DType::F32, {int64_t(c.hi.size())}, c.hi);
+        }
+      }
   if (qm.prefix) {
     const KvPrefix& pf = *qm.prefix;
     const int64_t P = pf.size(), KV = pf.kv_dim();

@@ -128,12 +128,8 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
               "CrossQuant activations (--a-quant cross) cannot run: their per-element scales s_ij = "
               "rowmax_i^α·colmax_j^(1-α) are neither per-token nor per-tensor, and the integer GEMM fuses only "
               "those; use --a-quant dynamic or static, or the simulator");
-  SINKQ_CHECK(!cfg.kv.vector(),
-              "--kv-codebook {} cannot run on the packed runtime yet: its KV store holds int8 / int4 codes with "
-              "per-token / per-head scales, not codebook indices with sparse outliers (KVQuant's packed LUT "
-              "kernels, issue 15); run it in the simulator (sinkq ppl / generate on the source model)",
-              quant::kv_codebook_name(cfg.kv.codebook));
-  if (cfg.kv.on()) {
+  // A codebook KV (KVQuant) runs on the CodebookKvStore, checked against the model when it is built.
+  if (cfg.kv.on() && !cfg.kv.vector()) {
     // The packed KV cache (packed_kv.h); throws for schemes it cannot store. Static params are
     // checked against the model when a Forward gets the cache.
     KvScheme ks = KvScheme::from_sim(cfg.kv, statics);
@@ -218,7 +214,10 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   QuantizedModel qm;
   qm.cfg = sim.cfg;
   qm.rt = runtime_config(sim.cfg, sim.statics);
-  if (sim.cfg.kv.on()) qm.kv = KvScheme::from_sim(sim.cfg.kv, sim.statics);
+  if (sim.cfg.kv.vector())
+    qm.kv_codebook = CodebookKvScheme::from_sim(sim);
+  else if (sim.cfg.kv.on())
+    qm.kv = KvScheme::from_sim(sim.cfg.kv, sim.statics);
   qm.prefix = sim.prefix;
   qm.recipe = sim.to_json();
   const PackedFormat act = activation_format(qm.rt.a);
@@ -284,6 +283,7 @@ std::vector<int> QuantizedModel::attach(Forward& fwd) const {
   std::vector<int> handles = quant::attach_online_rotation(fwd, cfg.rotate);
   if (prefix) fwd.set_prefix(prefix);
   if (kv) attach_packed_kv(fwd, *kv);
+  if (kv_codebook) attach_codebook_kv(fwd, *kv_codebook);
   return handles;
 }
 
@@ -291,6 +291,10 @@ std::string QuantizedModel::describe() const {
   std::string s = rt.describe();
   if (cfg.rotate.on) s += fmt::format(" | rotate seed={}", cfg.rotate.seed);
   if (kv) s += " | " + kv->describe();
+  if (kv_codebook)
+    s += fmt::format(" | KV{} {} codebook keys {} values per {}{} (packed)", cfg.kv.bits,
+                     quant::kv_codebook_name(cfg.kv.codebook), cfg.kv.keys_name(), quant::kv_axis_name(cfg.kv.value_axis),
+                     cfg.kv.outliers > 0 ? fmt::format(" outliers {}%", 100 * cfg.kv.outliers) : "");
   if (prefix) s += fmt::format(" | prefix {} tokens", prefix->size());
   return s;
 }

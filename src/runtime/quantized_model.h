@@ -53,6 +53,7 @@ struct QuantizedModel {
   quant::Recipe cfg;                       // what was simulated (rotation, calibration, prefix)
   RuntimeConfig rt;                        // what the kernels run (derived from cfg + statics)
   std::optional<KvScheme> kv;              // the packed KV cache (with its static k / v params); none: fp32
+  std::optional<CodebookKvScheme> kv_codebook;  // or KVQuant's packed codebook KV (cfg.kv.vector())
   std::shared_ptr<const KvPrefix> prefix;  // full-precision KV prefix; null = none
   // SimModel::to_json() (the configuration and "calibration_result"), plus whatever the caller
   // adds (calibration_data, prefix_resolution): the artifact writes cfg.to_json() as "recipe" and

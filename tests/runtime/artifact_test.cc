@@ -116,6 +116,18 @@ TEST(Artifact, RoundTripIsBitExact) {
   q128.group = 128;
   q128.symmetric = false;
   mixed.weight_rules = {down8, q128};
+  // KVQuant's codebook KV (channel keys before RoPE, 1% outliers) under rotation, and token keys
+  // after RoPE with channel values.
+  quant::Recipe nuq3 = config("w4a8", true);
+  nuq3.kv.bits = 3;
+  nuq3.kv.codebook = quant::KvCodebook::Fisher;
+  nuq3.kv.outliers = 0.01;
+  quant::Recipe nf2 = config("w8a8");
+  nf2.kv.bits = 2;
+  nf2.kv.codebook = quant::KvCodebook::Nf;
+  nf2.kv.key_pre_rope = false;
+  nf2.kv.key_axis = quant::KvAxis::Token;
+  nf2.kv.value_axis = quant::KvAxis::Channel;
   const std::vector<Case> cases = {
       {"stories w8a8", model_dir("stories260K"), config("w8a8"), std::nullopt, false},
       {"tiny-qwen2 mixed precision rotated", tiny_dir(), mixed, std::nullopt, false},
@@ -125,6 +137,8 @@ TEST(Artifact, RoundTripIsBitExact) {
       {"stories w4a8kv4 rotated + prefix", model_dir("stories260K"), kv4, std::nullopt, true},
       {"tiny-qwen2 w8a8 static kv8 static asym per-head", tiny_dir(), kv8s, std::nullopt, false},
       {"tiny-qwen2 w4a8 g128 rotated + prefix", tiny_dir(), g128, std::nullopt, true},
+      {"stories w4a8 nuq3-1% rotated + prefix", model_dir("stories260K"), nuq3, std::nullopt, true},
+      {"tiny-qwen2 w8a8 nf2 post-RoPE token keys, channel values", tiny_dir(), nf2, std::nullopt, false},
   };
   const auto toks = prompt(kTokens - 3);
   for (const Case& c : cases) {
@@ -144,7 +158,8 @@ TEST(Artifact, RoundTripIsBitExact) {
     EXPECT_GT(info.total_bytes, 0u);
     const QuantizedModel back = load_artifact(out);
     EXPECT_EQ(back.rt.describe(), qm.rt.describe());
-    EXPECT_EQ(back.kv.has_value(), c.cfg.kv.on());
+    EXPECT_EQ(back.kv.has_value(), c.cfg.kv.on() && !c.cfg.kv.vector());
+    EXPECT_EQ(back.kv_codebook.has_value(), c.cfg.kv.vector());
     EXPECT_EQ(back.describe(), qm.describe());
     EXPECT_EQ(back.model->weights().embed.dtype, qm.model->weights().embed.dtype);
     ASSERT_EQ(back.prefix != nullptr, qm.prefix != nullptr);

@@ -213,11 +213,17 @@ void attach_recording(const quant::SimModel& sim, Forward& f, Forcing* forcing) 
   if (dyn.kv.mode == quant::KvMode::Static) dyn.kv.bits = quant::kBitsOff;
   if (dyn.a.mode == quant::ActMode::Static) dyn.a.bits = quant::kBitsOff;
   dyn.w.clip_grid = false;
+  if (dyn.kv.vector()) dyn.kv = quant::KvSim{};  // the codec hooks below
   quant::attach(f, dyn);
   for (const quant::StaticQuant& q : sim.statics)
     f.hooks().add(q.site, q.layer, [spec = q.spec, p = q.params](SiteView& v) {
       quant::fake_quant(spec, p, v.data, v.tokens, v.features);
     });
+  for (size_t l = 0; l < sim.kvq.size(); ++l) {
+    f.hooks().add(sim.cfg.kv.key_pre_rope ? Site::KPreRope : Site::K, int(l),
+                  [c = &sim.kvq[l].k](SiteView& v) { c->apply(v.data, v.tokens, v.features); });
+    f.hooks().add(Site::V, int(l), [c = &sim.kvq[l].v](SiteView& v) { c->apply(v.data, v.tokens, v.features); });
+  }
   if (sim.prefix) f.set_prefix(sim.prefix);
 }
 
@@ -244,6 +250,9 @@ void expect_packed_matches_sim(const quant::SimModel& sim, const QuantizedModel&
   Forward simf(sim.model, kTokens);
   Forcing forcing;
   forcing.sites.assign(std::begin(kForced), std::end(kForced));
+  // Keys coded before RoPE (KVQuant): forced where they are coded, at k_pre_rope (k after RoPE is
+  // already decoded in the simulator, still raw in the packed run, which codes it in the store).
+  if (sim.cfg.kv.vector() && sim.cfg.kv.key_pre_rope) std::replace(forcing.sites.begin(), forcing.sites.end(), Site::K, Site::KPreRope);
   attach_recording(sim, simf, &forcing);
   Forward packed(qm.model, kTokens), free(qm.model, kTokens);
   qm.attach(packed);
@@ -312,6 +321,23 @@ TEST(QuantizedModel, FineTunedModelMatchesSimulator) {
   const quant::SimModel sim = quant::build_sim(stories(), sc, calib);
   const QuantizedModel qm = build_quantized(sim);
   expect_packed_matches_sim(sim, qm, toks, "stories260K W4A4KV4 fine-tuned");
+}
+
+// KVQuant's codebook KV on the packed runtime (CodebookKvStore) with packed W4A8 linears and
+// rotation: the packed model = the simulator teacher-forced within kTol.
+TEST(QuantizedModel, CodebookKvMatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(32, 1), prompt(32, 2)};
+  quant::Recipe sc = quant::Recipe::from_preset("w4a8");
+  sc.kv.bits = 3;
+  sc.kv.codebook = quant::KvCodebook::Fisher;
+  sc.kv.outliers = 0.01;
+  sc.rotate.on = true;
+  const quant::SimModel sim = quant::build_sim(stories(), sc, calib);
+  const QuantizedModel qm = build_quantized(sim);
+  ASSERT_TRUE(qm.kv_codebook.has_value());
+  EXPECT_FALSE(qm.kv.has_value());
+  expect_packed_matches_sim(sim, qm, toks, "stories260K W4A8 nuq3-1% rotated");
 }
 
 // Mixed precision (recipe.h weight rules) on both models: every matrix packed in its own rule's
@@ -428,13 +454,6 @@ TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
               HasSubstr("CrossQuant activations (--a-quant cross) cannot run"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.a.symmetric = false; }), HasSubstr("asymmetric activations cannot run"));
   EXPECT_THAT(err("w4a8kv4", [](auto& c) { c.kv.bits = 3; }), HasSubstr("packed KV: int3 is not a packed KV format"));
-  EXPECT_THAT(error_of([] {
-                quant::Recipe c = quant::Recipe::from_preset("w4a8kv4");
-                c.kv.codebook = quant::KvCodebook::Nf;
-                c.kv.key_axis = quant::KvAxis::Token;
-                check_runnable(c);
-              }),
-              HasSubstr("--kv-codebook nf cannot run on the packed runtime yet"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.w.group = 128; }),
               HasSubstr("int8 weights in groups of 128 columns cannot run"));
   // A weight rule that no kernel runs is named, whichever roles it applies to (here not q_proj).

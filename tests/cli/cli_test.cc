@@ -178,6 +178,14 @@ TEST(CliErrors, BadQuantFlags) {
   expect_error(ppl({"--finetune", "blockwise", "--calib", text}), {"--finetune blockwise", "quantize"});
   expect_error(ppl({"--preset", "w4a8", "--finetune", "blockwise", "--finetune-target", "x", "--calib", text}),
                {"--finetune-target", "'x'"});
+  // KVQuant's codebook flags.
+  expect_error(ppl({"--kv-bits", "3", "--kv-codebook", "nuq"}), {"--kv-codebook", "'nuq'"});
+  expect_error(ppl({"--kv-bits", "5", "--kv-codebook", "nf"}), {"--kv-bits 5", "2, 3 or 4"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-outliers", "0.01"}), {"--kv-outliers", "--kv-codebook"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-outliers", "0.5"}), {"--kv-outliers", "[0, 0.1]"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-keys", "channel"}), {"--kv-keys", "'channel'"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-quant", "static"}), {"--kv-quant", "--kv-codebook"});
+  expect_error(ppl({"--kv-bits", "3", "--kv-codebook", "fisher"}), {"--kv-codebook fisher", "--calib"});
 }
 
 }  // namespace

@@ -196,6 +196,30 @@ TEST(CliQuantize, FineTunedArtifactRunsAsSimulated) {
   EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
 }
 
+// KVQuant's codebook KV (nuq3 Fisher, 1% outliers, pre-RoPE channel keys) behind W4A8: the
+// artifact carries the levels and ranges, runs on the packed runtime's codebook store, and its
+// ppl equals the simulator's (the same 2e-3 bound as above: packed linears in fp32 order).
+TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
+  testing::TempDir tmp;
+  const std::string art = tmp.file("nuq");
+  const std::vector<std::string> q{"--w-bits", "4", "--a-bits", "8", "--kv-bits", "3", "--kv-codebook", "fisher",
+                                   "--kv-outliers", "0.01", "--prefix", "bos", "--calib", sample_text(),
+                                   "--calib-samples", "3", "--calib-len", "64"};
+  std::vector<std::string> qa = q;
+  qa.insert(qa.end(), {"--fp-dtype", "f32"});
+  const RunResult r = quantize(art, qa);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("KV codebooks"), std::string::npos) << "progress on stderr";
+  const json recipe = json::parse(read_file(art + "/sinkq_recipe.json"));
+  EXPECT_EQ(recipe.at("recipe").at("kv").at("codebook"), "fisher");
+  EXPECT_TRUE(recipe.at("tensors").contains("model.layers.0.kv_codebook.k.lo"));
+  const json packed = ppl(art, {}), sim = ppl(stories(), q);
+  ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
+  EXPECT_EQ(packed.at("runtime"), "packed");
+  const double nll = sim.at("mean_nll").get<double>();
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
+}
+
 }  // namespace
 }  // namespace sinkq
 

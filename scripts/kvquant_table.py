@@ -6,10 +6,10 @@ Usage: python3 scripts/kvquant_table.py DIR   (DIR holds <row>.json from `sinkq 
 Δ NLL is the mean over windows of the per-window NLL difference to the fp row (the same windows
 and targets), ± its standard error; KLD ± the standard error over windows. KV bytes are per token
 and layer for K and V together, from the layout the recipe implies (docs/kvquant.md "Bytes"):
-codes bits·kv_dim/8 per vector side, 4 bytes (fp16 zero and scale) per token for token-axis
-vectors (channel ranges are calibrated once: 0 per token), and with outliers a 2-byte count plus
-4 bytes (uint16 channel, fp16 value) per outlier: round(p·kv_dim/2)·2 per token vector, p·kv_dim
-expected per token for channel vectors. Standard library only.
+codes bits·kv_dim/8 per vector side, 8 bytes (fp32 lo and hi) per token for token-axis vectors
+(channel ranges are calibrated once: 0 per token), and with outliers a 4-byte row pointer plus
+4 bytes (uint16 channel, fp16 value) per outlier: 2·round(p·kv_dim/2) per token vector, p·kv_dim
+expected per token for channel vectors (lowbit/codebook_kv.h). Standard library only.
 """
 import json
 import math
@@ -60,10 +60,9 @@ def kv_bytes(cfg, kv_dim):
     for axis in (kv["keys"].split("_")[-1], kv["values"]):
         total += kv_dim * bits / 8
         if axis == "token":
-            total += 4
-        if p > 0:
-            count = 2 * round(p * kv_dim / 2) if axis == "token" else p * kv_dim
-            total += 2 + 4 * count
+            total += 8
+        count = (2 * round(p * kv_dim / 2) if axis == "token" else p * kv_dim) if p > 0 else 0
+        total += 4 + 4 * count
     return total
 
 

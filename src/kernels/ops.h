@@ -51,6 +51,11 @@ struct RopeTable {
 // In-place rotate_half RoPE (HF convention: pairs (i, i + head_dim/2)) on x[T, n_heads, head_dim]
 // with absolute positions pos[T].
 void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos);
+// The cos | sin row rope_apply uses for position `pos`: cs[0, head_dim/2) cos, the rest sin.
+void rope_cos_sin(const RopeTable& rt, int32_t pos, float* cs);
+// rope_apply with those rows precomputed: cs [T, head_dim], one per row of x (bit-identical to
+// rope_apply at the same positions: a cache of positions needs no trigonometry per call).
+void rope_apply_cs(const float* cs, int head_dim, float* x, int64_t T, int n_heads);
 
 // g[T, n] = silu(g) * u   (SwiGLU); in place on g.
 void silu_mul(float* g, const float* u, int64_t T, int64_t n);

@@ -76,7 +76,27 @@ void cos_sin(const RopeTable& rt, int32_t pos, float* c, float* s) {
   }
 }
 
+// One token's heads rotated with its cos (c) and sin (s) rows.
+void rotate_heads(float* x, int n_heads, int D, const float* c, const float* s) {
+  const int half = D / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* v = x + int64_t(h) * D;
+    for (int i = 0; i < half; ++i) {  // products rounded separately, like torch (no FMA)
+      const float a = v[i], b = v[i + half];
+      v[i] = a * c[i] - b * s[i];
+      v[i + half] = b * c[i] + a * s[i];
+    }
+  }
+}
+
 }  // namespace
+
+void rope_cos_sin(const RopeTable& rt, int32_t pos, float* cs) { cos_sin(rt, pos, cs, cs + rt.head_dim / 2); }
+
+void rope_apply_cs(const float* cs, int head_dim, float* x, int64_t T, int n_heads) {
+  for (int64_t t = 0; t < T; ++t)
+    rotate_heads(x + t * n_heads * head_dim, n_heads, head_dim, cs + t * head_dim, cs + t * head_dim + head_dim / 2);
+}
 
 void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos) {
   SINKQ_ASSERT(int64_t(pos.size()) == T && rt.head_dim > 0 && int(rt.inv_freq.size()) * 2 == rt.head_dim);
@@ -86,19 +106,10 @@ void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span
 #pragma omp parallel num_threads(nt)
   {
     std::vector<float> cs(static_cast<size_t>(D));  // [cos(half) | sin(half)] of the current token
-    float* c = cs.data();
-    float* s = cs.data() + half;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
-      cos_sin(rt, pos[t], c, s);
-      for (int h = 0; h < n_heads; ++h) {
-        float* v = x + (t * n_heads + h) * D;
-        for (int i = 0; i < half; ++i) {  // products rounded separately, like torch (no FMA)
-          const float a = v[i], b = v[i + half];
-          v[i] = a * c[i] - b * s[i];
-          v[i + half] = b * c[i] + a * s[i];
-        }
-      }
+      cos_sin(rt, pos[t], cs.data(), cs.data() + half);
+      rotate_heads(x + t * n_heads * D, n_heads, D, cs.data(), cs.data() + half);
     }
   }
 }

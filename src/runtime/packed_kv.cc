@@ -161,9 +161,13 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
   if (pre_rope_) {
     // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
     // position, then the k-site R3 when the model is rotated (both per row: the same bits).
-    pos_.resize(size_t(n));
-    for (int64_t j = 0; j < n; ++j) pos_[size_t(j)] = int32_t(prefix.rows + j);
-    rope_apply(*rope_, k_.data(), n, kv_heads_, pos_);
+    // cos | sin of every position seen so far, computed once (rope_cos_sin: rope_apply's values).
+    const int64_t need = prefix.rows + n, have = int64_t(cs_.size()) / head_dim_;
+    if (need > have) {
+      cs_.resize(size_t(need * head_dim_));
+      for (int64_t p = have; p < need; ++p) rope_cos_sin(*rope_, int32_t(p), cs_.data() + p * head_dim_);
+    }
+    rope_apply_cs(cs_.data() + prefix.rows * head_dim_, head_dim_, k_.data(), n, kv_heads_);
     if (r3_) quant::fwht_inplace(k_.data(), n * kv_heads_, head_dim_);
   }
   sinkq::attention(s, q, prefix, k_.data(), v_.data(), n_past, T, out);

@@ -111,7 +111,7 @@ class CodebookKvStore final : public KvStore {
   int kv_heads_, head_dim_;
   bool pre_rope_, r3_;
   mutable std::vector<float> k_, v_;  // one layer's decoded rows
-  mutable std::vector<int32_t> pos_;
+  mutable std::vector<float> cs_;     // RoPE cos | sin rows of absolute positions 0.., [positions, head_dim]
 };
 
 // Replaces fwd's body cache by a CodebookKvStore of the same capacity (between sequences).

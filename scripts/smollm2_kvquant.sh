@@ -48,7 +48,11 @@ for r in "${ROWS[@]}"; do
   echo "smollm2_kvquant: $name ($flags)" >&2
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  "$S" ppl -m "$G" -f "$T" --ctx 512 --max-windows 16 --kld --json $flags 2>/dev/null >"$OUT/$name.tmp"
+  if ! "$S" ppl -m "$G" -f "$T" --ctx 512 --max-windows 16 --kld --json $flags 2>"$OUT/$name.err" >"$OUT/$name.tmp"; then
+    echo "smollm2_kvquant: $name failed:" >&2
+    tail -3 "$OUT/$name.err" >&2
+    exit 1
+  fi
   python3 - "$OUT/$name.tmp" "$(( $(date +%s) - t0 ))" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1])); j["wall_seconds"] = int(sys.argv[2]); json.dump(j, open(sys.argv[1], "w"))

@@ -114,19 +114,19 @@ Coded code_one(float x, const Range& r, std::span<const float> levels, bool spar
   return {decode(encode(x, r, levels), r, levels), false};
 }
 
-Codec::Count Codec::apply(float* x, int64_t rows, int64_t cols) const {
+void Codec::check_width(int64_t cols) const {
   SINKQ_CHECK(!per_channel || (int64_t(lo.size()) == cols && int64_t(hi.size()) == cols),
               "KV codec: calibrated for {} channels, the site has {}", lo.size(), cols);
+}
+
+Codec::Count Codec::apply(float* x, int64_t rows, int64_t cols) const {
   Count n;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * cols;
-    const Range tr = per_channel ? Range{} : row_range(row, cols);
-    for (int64_t c = 0; c < cols; ++c) {
-      const Coded q = code_one(row[c], per_channel ? channel_range(c) : tr, levels, sparse());
-      row[c] = q.value;
-      n.outliers += q.outlier;
-    }
-  }
+  for_each(x, rows, cols, [&](int64_t r, int64_t c, const Range& range) {
+    float& e = x[r * cols + c];
+    const Coded q = code_one(e, range, levels, sparse());
+    e = q.value;
+    n.outliers += q.outlier;
+  });
   n.values = rows * cols;
   return n;
 }

@@ -96,9 +96,20 @@ struct Codec {
   struct Count {
     int64_t values = 0, outliers = 0;
   };
+  // Calls f(row, col, range) for every element of x [rows, cols]: a token's range computed once
+  // from its row, a channel's the calibrated one. Throws when a channel codec's width differs.
+  template <class F>
+  void for_each(const float* x, int64_t rows, int64_t cols, F&& f) const {
+    check_width(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const Range tr = per_channel ? Range{} : row_range(x + r * cols, cols);
+      for (int64_t c = 0; c < cols; ++c) f(r, c, per_channel ? channel_range(c) : tr);
+    }
+  }
   // Fake-quantizes x [rows, cols] in place (code_one per element): the simulator's quantizer and
-  // the scalar reference of the packed store. Throws when a channel codec's width differs.
+  // the scalar reference of the packed store.
   Count apply(float* x, int64_t rows, int64_t cols) const;
+  void check_width(int64_t cols) const;
 };
 
 }  // namespace sinkq::formats::nuq

@@ -24,8 +24,9 @@ class KvStore {
   virtual int64_t capacity() const = 0;  // body rows
   virtual size_t bytes() const = 0;      // memory held for the body (every layer, K and V)
   virtual std::string describe() const = 0;
-  // Whether write() takes K before RoPE (KVQuant's pre-RoPE keys, applied again in attention()):
-  // the rows after the k_pre_rope site hooks, before RoPE and the k site. Default: after them.
+  // Whether write() takes K before RoPE (KVQuant's pre-RoPE keys): the rows after the k_pre_rope
+  // site hooks. Forward then forms no post-RoPE keys and runs no k site; attention() applies RoPE
+  // (and the R3 rotation a k-site hook would have) itself. Default: after RoPE and the k site.
   virtual bool keys_before_rope() const { return false; }
   // Stores k, v [T, kv_dim] fp32 at body rows [row0, row0 + T) of `layer` (overwriting).
   virtual void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) = 0;

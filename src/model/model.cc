@@ -209,7 +209,6 @@ void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
     store_rows_ = 0;
     k_new_ = {};
     v_new_ = {};
-    k_pre_ = {};
     return;
   }
   SINKQ_CHECK(store->num_layers() == c.num_layers && store->kv_dim() == c.kv_dim(),
@@ -225,7 +224,6 @@ void Forward::set_kv_store(std::unique_ptr<KvStore> store) {
   store_rows_ = 0;
   k_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
   v_new_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
-  if (store_->keys_before_rope()) k_pre_.assign(size_t(max_batch_ * c.kv_dim()), 0.0f);
 }
 
 std::shared_ptr<const KvPrefix> KvPrefix::from_rows(std::vector<int32_t> tokens, int num_layers, int64_t kv_dim,
@@ -358,17 +356,17 @@ void Forward::layer(int l, int64_t T) {
   linear(xn, T, w.wk, w.impl.k.get(), w.bk, k);
   linear(xn, T, w.wv, w.impl.v.get(), w.bv, v);
   site(Site::KPreRope, l, k, T, KV);
-  // A store that keeps keys before RoPE gets these rows (it applies RoPE itself in attention()).
+  // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
+  // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
   const bool pre_rope_store = store_ && store_->keys_before_rope();
-  if (pre_rope_store) std::copy(k, k + T * KV, k_pre_.data());
   rope_apply(model_->rope(), q_.data(), T, c.num_heads, pos);
-  rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
+  if (!pre_rope_store) rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
   site(Site::Q, l, q_.data(), T, c.q_dim());
-  site(Site::K, l, k, T, KV);
+  if (!pre_rope_store) site(Site::K, l, k, T, KV);
   site(Site::V, l, v, T, KV);
   const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
   if (store_) {
-    store_->write(l, body_past, pre_rope_store ? k_pre_.data() : k, v, T);
+    store_->write(l, body_past, k, v, T);
     store_->attention(l, attn_shape_, q_.data(), prefix, body_past, T, att_.data());
   } else {
     attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());

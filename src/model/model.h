@@ -122,7 +122,6 @@ class Forward {
   std::unique_ptr<KvStore> store_;         // when set: holds the body instead of cache_
   int64_t store_rows_ = 0;                 // body rows in store_
   std::vector<float> k_new_, v_new_;       // store_ only: the chunk's new rows [max_batch, kv_dim]
-  std::vector<float> k_pre_;               // a keys_before_rope() store only: the chunk's K before RoPE
   std::shared_ptr<const KvPrefix> prefix_;  // shared, read in place; never copied
   SiteHooks hooks_;
   int64_t max_batch_;

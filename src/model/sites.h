@@ -11,6 +11,7 @@
 // q               [T, heads*head_dim]   q_proj(+bias), after RoPE
 // k_pre_rope      [T, kv_heads*head_dim] k_proj(+bias), before RoPE (KVQuant quantizes here)
 // k               [T, kv_heads*head_dim] after RoPE: exactly what is stored in the KV cache
+//                                       (not run when a KV store keeps keys before RoPE, kv_store.h)
 // v               [T, kv_heads*head_dim] v_proj(+bias): exactly what is stored in the KV cache
 // o_in            [T, heads*head_dim]   attention output, the input of o_proj
 // mlp_in          [T, hidden]           post_attention_layernorm(x): the input of gate/up_proj

@@ -19,24 +19,9 @@ namespace sinkq::quant {
 namespace nuq = formats::nuq;
 using nlohmann::json;
 
-namespace {
-
-// Calls f(row, col, range) for every element of x [rows, cols] under `codec` (a token's range
-// computed from its row, a channel's the calibrated one).
-template <class F>
-void for_each_range(const KvCodec& codec, const float* x, int64_t rows, int64_t cols, F&& f) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x + r * cols;
-    const nuq::Range tr = codec.per_channel ? nuq::Range{} : codec.row_range(row, cols);
-    for (int64_t c = 0; c < cols; ++c) f(r, c, codec.per_channel ? codec.channel_range(c) : tr);
-  }
-}
-
-}  // namespace
-
 void normalised_values(const KvCodec& codec, const float* x, const float* fisher, int64_t rows, int64_t cols,
                        std::vector<WeightedValue>& out) {
-  for_each_range(codec, x, rows, cols, [&](int64_t r, int64_t c, const nuq::Range& range) {
+  codec.for_each(x, rows, cols, [&](int64_t r, int64_t c, const nuq::Range& range) {
     const float e = x[r * cols + c];
     if (nuq::is_outlier(e, range, codec.sparse())) return;
     const float u = std::clamp((e - range.zero()) / range.scale(), -1.0f, 1.0f);

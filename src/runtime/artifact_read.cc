@@ -317,9 +317,7 @@ QuantizedModel load_artifact(const std::string& dir) {
   try {
     qm.rt = runtime_config(qm.cfg, statics);  // as build_quantized derives it
     if (qm.kv_codebook) {
-      std::vector<formats::nuq::Codec> k, v;
-      for (const quant::KvQuantLayer& l : qm.kv_codebook->layers) k.push_back(l.k), v.push_back(l.v);
-      lowbit::CodebookKvCache check(mc.num_layers, mc.kv_dim(), 1, std::move(k), std::move(v));  // against the model
+      codebook_cache(mc, /*capacity=*/1, *qm.kv_codebook);  // the quantizers against the model
     } else if (qm.cfg.kv.on()) {
       qm.kv = KvScheme::from_sim(qm.cfg.kv, statics);
       PackedKvStore check(mc, /*capacity=*/1, *qm.kv);  // the scheme and its params against the model

@@ -122,9 +122,7 @@ CodebookKvScheme CodebookKvScheme::from_sim(const quant::SimModel& sm) {
   return s;
 }
 
-namespace {
-
-lowbit::CodebookKvCache make_codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s) {
+lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s) {
   SINKQ_CHECK(int(s.layers.size()) == c.num_layers, "codebook KV: quantizers for {} layers, the model has {}",
               s.layers.size(), c.num_layers);
   std::vector<formats::nuq::Codec> k, v;
@@ -132,10 +130,8 @@ lowbit::CodebookKvCache make_codebook_cache(const ModelConfig& c, int64_t capaci
   return lowbit::CodebookKvCache(c.num_layers, c.kv_dim(), capacity, std::move(k), std::move(v));
 }
 
-}  // namespace
-
 CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s)
-    : cache_(make_codebook_cache(m.config(), capacity, s)),
+    : cache_(codebook_cache(m.config(), capacity, s)),
       rope_(&m.rope()),
       kv_heads_(m.config().num_kv_heads),
       head_dim_(m.config().head_dim),

@@ -91,6 +91,9 @@ struct CodebookKvScheme {
   static CodebookKvScheme from_sim(const quant::SimModel& sm);
 };
 
+// The packed body of a scheme for model config `c` (throws when the quantizers do not fit it).
+lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s);
+
 class CodebookKvStore final : public KvStore {
  public:
   CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s);

@@ -117,11 +117,7 @@ TEST(KvQuant, ChannelCodecUsesItsCalibratedRangeAndKeepsOutliers) {
 }
 
 // n calibration samples of len tokens starting with BOS (stories260K's id 1).
-std::vector<std::vector<int32_t>> samples(int n, int len) {
-  std::vector<std::vector<int32_t>> s;
-  for (int i = 0; i < n; ++i) s.push_back(testing::prompt(len, i + 1));
-  return s;
-}
+constexpr auto samples = testing::prompts;
 
 Recipe kvquant(int bits, KvCodebook cb, double outliers = 0.0) {
   Recipe c;

@@ -13,11 +13,7 @@ namespace {
 
 using testing::bit_equal;
 
-std::vector<std::vector<int32_t>> samples(int n, int len) {
-  std::vector<std::vector<int32_t>> s;
-  for (int i = 0; i < n; ++i) s.push_back(testing::prompt(len, i + 1));
-  return s;
-}
+constexpr auto samples = testing::prompts;
 
 // Logits of `toks` fed as a prefill of `first` tokens, then one token at a time.
 std::vector<float> run(Forward& f, const std::vector<int32_t>& toks, size_t first) {

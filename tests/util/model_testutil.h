@@ -18,6 +18,13 @@ inline std::vector<int32_t> prompt(int n, int salt = 0) {
   return t;
 }
 
+// n such prompts of len tokens, salts 1..n (calibration samples in the quant and runtime tests).
+inline std::vector<std::vector<int32_t>> prompts(int n, int len) {
+  std::vector<std::vector<int32_t>> s;
+  for (int i = 0; i < n; ++i) s.push_back(prompt(len, i + 1));
+  return s;
+}
+
 // stories260K from ../shared/models, loaded once per test binary.
 inline std::shared_ptr<const Model> stories260k() {
   static const std::shared_ptr<const Model> m = Model::load(shared_dir() + "/models/stories260K");

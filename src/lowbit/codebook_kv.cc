@@ -14,23 +14,14 @@ namespace nuq = formats::nuq;
 
 namespace {
 
+// ORs code (< 2^bits, bits <= 8) into a zeroed bit stream at index·bits.
 void put_bits(uint8_t* row, int64_t index, int bits, uint32_t code) {
   const int64_t bit = index * bits;
-  for (int i = 0; i < bits; ++i) {
-    const int64_t b = bit + i;
-    if (code >> i & 1u) row[b >> 3] |= uint8_t(1u << (b & 7));
-  }
+  const int sh = int(bit & 7);
+  row[bit >> 3] |= uint8_t(code << sh);
+  if (sh + bits > 8) row[(bit >> 3) + 1] |= uint8_t(code >> (8 - sh));
 }
 
-uint32_t get_bits(const uint8_t* row, int64_t index, int bits) {
-  const int64_t bit = index * bits;
-  uint32_t v = 0;
-  for (int i = 0; i < bits; ++i) {
-    const int64_t b = bit + i;
-    v |= uint32_t(row[b >> 3] >> (b & 7) & 1u) << i;
-  }
-  return v;
-}
 
 }  // namespace
 
@@ -55,8 +46,20 @@ CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacit
                   "codebook KV: layer {}'s channel ranges are for {} channels, kv_dim is {}", l, c->lo.size(), kv_dim);
       Part p;
       p.codec = std::move(*c);
-      p.codes.assign(size_t(capacity * row_bytes_), 0);
-      if (!p.codec.per_channel) p.range.assign(size_t(2 * capacity), 0.0f);
+      p.codes.assign(size_t(capacity * row_bytes_ + detail::kCodeSlack), 0);
+      if (!p.codec.per_channel) {
+        p.sz.assign(size_t(2 * capacity), 0.0f);
+      } else {
+        p.ch_scale.assign(size_t(kv_dim + 16), 0.0f);
+        p.ch_zero.assign(size_t(kv_dim + 16), 0.0f);
+        for (int64_t ch = 0; ch < kv_dim; ++ch) {
+          const nuq::Range r = p.codec.channel_range(ch);
+          p.ch_scale[size_t(ch)] = r.scale();
+          p.ch_zero[size_t(ch)] = r.zero();
+        }
+      }
+      p.levels.assign(16, 0.0f);
+      std::copy(p.codec.levels.begin(), p.codec.levels.end(), p.levels.begin());
       p.row_ptr.assign(size_t(capacity) + 1, 0);
       parts_.push_back(std::move(p));
     }
@@ -66,8 +69,10 @@ CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacit
 size_t CodebookKvCache::bytes() const {
   size_t b = 0;
   for (const Part& p : parts_)
-    b += p.codes.size() + p.range.size() * sizeof(float) + p.row_ptr.size() * sizeof(uint32_t) +
-         (p.col.size() + p.val.size()) * sizeof(uint16_t) + (p.codec.lo.size() + p.codec.hi.size()) * sizeof(float);
+    b += p.codes.size() + p.sz.size() * sizeof(float) + p.row_ptr.size() * sizeof(uint32_t) +
+         (p.col.size() + p.val.size()) * sizeof(uint16_t) +
+         (p.codec.lo.size() + p.codec.hi.size() + p.ch_scale.size() + p.ch_zero.size() + p.levels.size()) *
+             sizeof(float);
   return b;
 }
 
@@ -100,8 +105,8 @@ void CodebookKvCache::store_part(Part& p, int64_t row0, const float* x, int64_t 
     nuq::Range tr;
     if (!p.codec.per_channel) {
       tr = p.codec.row_range(row, kv_dim_);
-      p.range[size_t(2 * r)] = tr.lo;
-      p.range[size_t(2 * r + 1)] = tr.hi;
+      p.sz[size_t(2 * r)] = tr.scale();
+      p.sz[size_t(2 * r + 1)] = tr.zero();
     }
     for (int64_t c = 0; c < kv_dim_; ++c) {
       const nuq::Range range = p.codec.per_channel ? p.codec.channel_range(c) : tr;
@@ -125,18 +130,52 @@ void CodebookKvCache::dequantize(int layer, bool value, int64_t n, float* out) c
 
 void CodebookKvCache::dequantize_part(const Part& p, int64_t n, float* out) const {
   SINKQ_CHECK(n >= 0 && n <= p.rows, "codebook KV: {} rows asked, {} written", n, p.rows);
-  const std::vector<float>& lv = p.codec.levels;
+  // level·s + z with s, z the range's scale() and zero(): nuq::decode's arithmetic.
+  const float* lv = p.levels.data();
   for (int64_t r = 0; r < n; ++r) {
     const uint8_t* codes = p.codes.data() + r * row_bytes_;
     float* o = out + r * kv_dim_;
     if (p.codec.per_channel) {
-      for (int64_t c = 0; c < kv_dim_; ++c) o[c] = nuq::decode(int(get_bits(codes, c, bits_)), p.codec.channel_range(c), lv);
+      for (int64_t c = 0; c < kv_dim_; ++c)
+        o[c] = lv[detail::cb_code(codes, c, bits_)] * p.ch_scale[size_t(c)] + p.ch_zero[size_t(c)];
     } else {
-      const nuq::Range tr{p.range[size_t(2 * r)], p.range[size_t(2 * r + 1)]};
-      for (int64_t c = 0; c < kv_dim_; ++c) o[c] = nuq::decode(int(get_bits(codes, c, bits_)), tr, lv);
+      const float s = p.sz[size_t(2 * r)], z = p.sz[size_t(2 * r + 1)];
+      for (int64_t c = 0; c < kv_dim_; ++c) o[c] = lv[detail::cb_code(codes, c, bits_)] * s + z;
     }
     for (uint32_t i = p.row_ptr[size_t(r)]; i < p.row_ptr[size_t(r) + 1]; ++i) o[p.col[i]] = f16_to_f32(p.val[i]);
   }
+}
+
+int64_t CodebookKvCache::rows_written(int layer) const {
+  SINKQ_CHECK(layer >= 0 && layer < layers_, "codebook KV: layer {} of {}", layer, layers_);
+  return parts_[size_t(layer) * 2].rows;
+}
+
+CbRows CodebookKvCache::rows(int layer, bool value, int head, int head_dim) const {
+  SINKQ_CHECK(layer >= 0 && layer < layers_, "codebook KV: layer {} of {}", layer, layers_);
+  SINKQ_CHECK(head_dim >= 1 && head >= 0 && int64_t(head + 1) * head_dim <= kv_dim_,
+              "codebook KV: head {} of dimension {} outside kv_dim {}", head, head_dim, kv_dim_);
+  SINKQ_CHECK(int64_t(head_dim) * bits_ % 8 == 0,
+              "codebook KV: a head of {} channels at {} bits is not a whole number of bytes (the kernels need "
+              "byte-aligned head slices: head_dim a multiple of 8)",
+              head_dim, bits_);
+  const Part& p = parts_[size_t(layer) * 2 + value];
+  CbRows r;
+  r.codes = p.codes.data() + int64_t(head) * head_dim * bits_ / 8;
+  r.ld = row_bytes_;
+  r.bits = bits_;
+  r.levels = p.levels.data();
+  if (p.codec.per_channel) {
+    r.ch_scale = p.ch_scale.data() + int64_t(head) * head_dim;
+    r.ch_zero = p.ch_zero.data() + int64_t(head) * head_dim;
+  } else {
+    r.row_sz = p.sz.data();
+  }
+  r.row_ptr = p.row_ptr.data();
+  r.col = p.col.data();
+  r.val = p.val.data();
+  r.col0 = head * head_dim;
+  return r;
 }
 
 }  // namespace sinkq::lowbit

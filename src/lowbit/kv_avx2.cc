@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "lowbit/codebook_kv.h"
 #include "lowbit/kv_kernels.h"
 
 #pragma GCC push_options
@@ -58,17 +59,43 @@ struct VT {
     const __m128i x = _mm_xor_si128(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));  // c + 8, in column order
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_cvtepu8_epi32(x), zo));
   }
+  // Codebook indices (cb_simd.inc): the level table, and W levels of B-bit indices starting at p
+  // (one 32-bit load, broadcast, shifted by lane·B, masked, looked up with vpermps; 16 levels: two
+  // lookups blended on the index's bit 3). Reads 4 bytes.
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
+  struct Tab {
+    __m256 lo, hi;
+  };
+  static Tab tab(const float* levels16) { return {_mm256_loadu_ps(levels16), _mm256_loadu_ps(levels16 + 8)}; }
+  template <int B>
+  static V lev(const uint8_t* p, const Tab& t) {
+    int32_t w;
+    std::memcpy(&w, p, 4);
+    const __m256i sh = _mm256_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B);
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(w), sh), _mm256_set1_epi32((1 << B) - 1));
+    if constexpr (B == 4)
+      return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t.lo, idx), _mm256_permutevar8x32_ps(t.hi, idx),
+                              _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+    else
+      return _mm256_permutevar8x32_ps(t.lo, idx);
+  }
 };
 
 }  // namespace sinkq::lowbit::detail::kv_avx2
 
 #define SINKQ_KVNS kv_avx2
 #include "lowbit/kv_simd.inc"
+#include "lowbit/cb_simd.inc"
 #undef SINKQ_KVNS
 
 namespace sinkq::lowbit::detail {
 const KvTable& kv_table_avx2() {
   static const KvTable t{kv_avx2::scores, kv_avx2::weighted_sum};
+  return t;
+}
+const CbTable& cb_table_avx2() {
+  static const CbTable t{kv_avx2::cb_scores, kv_avx2::cb_weighted_sum};
   return t;
 }
 }  // namespace sinkq::lowbit::detail

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include <cstring>
+
+#include "lowbit/codebook_kv.h"
 #include "lowbit/kv_kernels.h"
 
 #pragma GCC push_options
@@ -59,17 +62,42 @@ struct VT {
     const __m128i x = _mm_xor_si128(_mm_unpacklo_epi8(lo, hi), _mm_set1_epi8(8));  // c + 8, in column order
     return _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(x), zo));
   }
+  // Codebook indices (cb_simd.inc): 16 B-bit indices from two 32-bit loads (lanes 8..15 start at
+  // byte B), broadcast per 256-bit half, shifted by (lane mod 8)·B, masked, one vpermps over the
+  // 16 levels. Reads B + 4 bytes.
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  struct Tab {
+    __m512 v;
+  };
+  static Tab tab(const float* levels16) { return {_mm512_loadu_ps(levels16)}; }
+  template <int B>
+  static V lev(const uint8_t* p, const Tab& t) {
+    int32_t a, b;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + B, 4);
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi32(a)), _mm256_set1_epi32(b), 1);
+    const __m512i sh = _mm512_setr_epi32(0, B, 2 * B, 3 * B, 4 * B, 5 * B, 6 * B, 7 * B, 0, B, 2 * B, 3 * B, 4 * B,
+                                         5 * B, 6 * B, 7 * B);
+    const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32((1 << B) - 1));
+    return _mm512_permutexvar_ps(idx, t.v);
+  }
 };
 
 }  // namespace sinkq::lowbit::detail::kv_avx512
 
 #define SINKQ_KVNS kv_avx512
 #include "lowbit/kv_simd.inc"
+#include "lowbit/cb_simd.inc"
 #undef SINKQ_KVNS
 
 namespace sinkq::lowbit::detail {
 const KvTable& kv_table_avx512() {
   static const KvTable t{kv_avx512::scores, kv_avx512::weighted_sum};
+  return t;
+}
+const CbTable& cb_table_avx512() {
+  static const CbTable t{kv_avx512::cb_scores, kv_avx512::cb_weighted_sum};
   return t;
 }
 }  // namespace sinkq::lowbit::detail

@@ -136,7 +136,9 @@ CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const Codeboo
       kv_heads_(m.config().num_kv_heads),
       head_dim_(m.config().head_dim),
       pre_rope_(s.key_pre_rope),
-      r3_(s.r3) {}
+      r3_(s.r3) {
+  cache_.rows(0, false, 0, head_dim_);  // the kernels' head slices: throws when not byte-aligned
+}
 
 std::string CodebookKvStore::describe() const {
   return fmt::format("KV{} codebook (keys {} RoPE{}; b-bit indices, fp16 outliers CSR by token)", cache_.bits(),
@@ -150,6 +152,30 @@ void CodebookKvStore::write(int layer, int64_t row0, const float* k, const float
 void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix,
                                 int64_t n_past, int64_t T, float* out) const {
   const int64_t n = n_past + T, KV = cache_.kv_dim();
+  if (pre_rope_) {
+    // cos | sin of every position seen so far, computed once (rope_cos_sin: rope_apply's values).
+    const int64_t need = prefix.rows + n, have = int64_t(cs_.size()) / head_dim_;
+    if (need > have) {
+      cs_.resize(size_t(need * head_dim_));
+      for (int64_t p = have; p < need; ++p) rope_cos_sin(*rope_, int32_t(p), cs_.data() + p * head_dim_);
+    }
+  }
+  if (T < kFusedMaxT) {
+    // Decode steps: the fused LUT kernels read the packed rows directly. A rotated model's q
+    // carries R3 (its q hook), the body keys get RoPE only: un-rotate q once for them (H is its
+    // own inverse).
+    // The prefix keys keep R3: they are scored with q as it comes.
+    const float* qb = q;
+    if (pre_rope_ && r3_) {
+      q_.assign(q, q + T * s.n_heads * head_dim_);
+      quant::fwht_inplace(q_.data(), T * s.n_heads, head_dim_);
+      qb = q_.data();
+    }
+    lowbit::attention_codebook(s, q, qb, prefix, cache_, layer, n_past, T, pre_rope_ ? cs_.data() : nullptr, out);
+    return;
+  }
+  // Prefill chunks: decode the rows once into fp32 and run the fp32 kernel (the simulator's values
+  // bit for bit; the fused kernels would decode every row once per query token).
   k_.resize(size_t(n * KV));
   v_.resize(size_t(n * KV));
   cache_.dequantize(layer, false, n, k_.data());
@@ -157,12 +183,6 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
   if (pre_rope_) {
     // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
     // position, then the k-site R3 when the model is rotated (both per row: the same bits).
-    // cos | sin of every position seen so far, computed once (rope_cos_sin: rope_apply's values).
-    const int64_t need = prefix.rows + n, have = int64_t(cs_.size()) / head_dim_;
-    if (need > have) {
-      cs_.resize(size_t(need * head_dim_));
-      for (int64_t p = have; p < need; ++p) rope_cos_sin(*rope_, int32_t(p), cs_.data() + p * head_dim_);
-    }
     rope_apply_cs(cs_.data() + prefix.rows * head_dim_, head_dim_, k_.data(), n, kv_heads_);
     if (r3_) quant::fwht_inplace(k_.data(), n * kv_heads_, head_dim_);
   }

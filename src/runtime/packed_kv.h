@@ -79,11 +79,12 @@ class PackedKvStore final : public KvStore {
 // KVQuant's packed KV body (lowbit/codebook_kv.h): the per-layer K / V codebook quantizers of a
 // simulator recipe with kv.codebook != int (quant/kvquant.h), stored as b-bit indices, token
 // ranges and fp16 outliers. Keys coded before RoPE (kv.keys pre_rope_*) are written before RoPE
-// (KvStore::keys_before_rope) and get RoPE — and R3 when rotation is on, as the k-site hook gives
-// the simulator's keys — in attention(), after decoding. This first version decodes the rows into
-// fp32 scratch and runs the fp32 attention kernel on them (the reference of the fused LUT
-// kernels to come): its logits equal the simulator's bit for bit; its memory is the packed body
-// plus one layer's fp32 scratch.
+// (KvStore::keys_before_rope) and get RoPE in attention(), after decoding. Decode steps (T <
+// kFusedMaxT new rows) run the fused LUT kernels (lowbit::attention_codebook) on the packed rows:
+// the simulator's values up to the fp32 summation order (R3 of a rotated model moves to q: q is
+// un-rotated once). Prefill chunks decode the rows once into fp32 scratch, apply RoPE and R3 as
+// the simulator's k-site hook does, and run the fp32 attention kernel: the simulator's logits bit
+// for bit, for one layer's fp32 scratch.
 struct CodebookKvScheme {
   bool key_pre_rope = true;
   bool r3 = false;  // rotation on: R3 (per-head H/√head_dim) after RoPE on decoded pre-RoPE keys
@@ -113,7 +114,9 @@ class CodebookKvStore final : public KvStore {
   const RopeTable* rope_;
   int kv_heads_, head_dim_;
   bool pre_rope_, r3_;
-  mutable std::vector<float> k_, v_;  // one layer's decoded rows
+  static constexpr int64_t kFusedMaxT = 8;
+  mutable std::vector<float> k_, v_;  // one layer's decoded rows (prefill)
+  mutable std::vector<float> q_;      // q un-rotated (R3, decode)
   mutable std::vector<float> cs_;     // RoPE cos | sin rows of absolute positions 0.., [positions, head_dim]
 };
 

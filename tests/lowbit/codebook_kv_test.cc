@@ -63,7 +63,9 @@ TEST(CodebookKv, DecodesToTheReferenceBitForBit) {
         EXPECT_TRUE(testing::bit_equal(dv, rv)) << bits << chan << p;
         EXPECT_EQ(cache.outliers(1, false), nk.outliers);
         EXPECT_EQ(cache.outliers(1, true), nv.outliers);
-        if (p > 0) EXPECT_GT(nk.outliers + nv.outliers, 0);
+        if (p > 0) {
+          EXPECT_GT(nk.outliers + nv.outliers, 0);
+        }
       }
 }
 
@@ -76,8 +78,9 @@ TEST(CodebookKv, RewritingDropsLaterRowsAndBytesAreCounted) {
   cache.store(0, 0, x.data(), x.data(), cap);
   EXPECT_EQ(cache.outliers(0, false), 4 * cap);
   const size_t full = cache.bytes();
-  // codes 8 B + range 8 B per row, row_ptr 4 B per row (+1), outliers 4 B each; for K and V.
-  EXPECT_EQ(full, size_t(2 * (cap * 8 + cap * 8 + (cap + 1) * 4 + 4 * cap * 4)));
+  // codes 8 B + range 8 B per row, row_ptr 4 B per row (+1), outliers 4 B each, the kernels' code
+  // slack and the 16-entry level table; for K and V.
+  EXPECT_EQ(full, size_t(2 * (cap * 8 + cap * 8 + (cap + 1) * 4 + 4 * cap * 4 + detail::kCodeSlack + 16 * 4)));
   // A new sequence from row 3: rows 3.. are replaced, their outliers dropped first.
   const std::vector<float> y = heavy_tailed(2 * KV, 5);
   cache.store(0, 3, y.data(), y.data(), 2);

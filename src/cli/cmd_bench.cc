@@ -24,10 +24,18 @@
 // default auto: f16 for an fp32 source); norms, RoPE and attention stay fp32. The fp32
 // configuration always runs (first): ratios are to it.
 //
+// --kv-only --ctx N[,N...] [--kv fp32,int8,int4,nuq4,nuq3-1pct,...] times one decode step's
+// attention over a synthetic KV cache of N tokens of the shape (--random, default 1b, or -m's
+// config.json: no weights are loaded), per storage, with bytes per token, total KV memory, fill
+// time and ms per token; a storage that does not fit in MemAvailable is reported with what it
+// would need and skipped (perf/kv_only.h).
+//
 // The workloads, timing and memory probes are perf/bench.h; the per-op profile is perf/profile.h.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
+#include <filesystem>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +53,7 @@
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "perf/bench.h"
+#include "perf/kv_only.h"
 #include "perf/profile.h"
 #include "quant/calibrate.h"
 #include "quant/sim.h"
@@ -120,6 +129,84 @@ struct Result {
   double kv_row_bytes = 0;  // KV bytes per cached token (all layers, K and V)
 };
 
+// --kv-only: the storages at every context, one table.
+template <class Opts>
+void run_kv_only_bench(const Opts& o) {
+  SINKQ_CHECK(o.quant.empty() && o.sim_preset.empty(), "--kv-only times the KV cache alone: drop --quant / --sim-preset");
+  ModelConfig c;
+  std::string name;
+  if (!o.model.empty()) {
+    SINKQ_CHECK(std::filesystem::is_directory(o.model),
+                "--kv-only -m {}: expected a Hugging Face model directory (only its config.json is read)", o.model);
+    c = ModelConfig::load((std::filesystem::path(o.model) / "config.json").string());
+    name = o.model;
+  } else {
+    const std::string shape = o.random.empty() ? "1b" : o.random;
+    c = random_config(shape);
+    name = "shape:" + shape;
+  }
+  std::vector<int64_t> ctxs;
+  {
+    size_t a = 0;
+    while (a <= o.ctx_list.size()) {
+      const size_t b = std::min(o.ctx_list.find(',', a), o.ctx_list.size());
+      const std::string item = o.ctx_list.substr(a, b - a);
+      int64_t v = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+      SINKQ_CHECK(ec == std::errc() && end == item.data() + item.size() && v >= 1 && v <= (int64_t(1) << 31) - 1,
+                  "--ctx: '{}' is not a context length in [1, 2^31) (in '{}')", item, o.ctx_list);
+      ctxs.push_back(v);
+      a = b + 1;
+    }
+  }
+  const std::vector<KvOnlyStorage> storages = parse_kv_storages(o.kv);
+  std::fprintf(stderr, "bench --kv-only: %s (%d layers, %d/%d heads, head_dim %d), %d threads, %s kernels\n",
+               name.c_str(), c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, num_threads(),
+               std::string(isa_name(active_isa())).c_str());
+  std::vector<KvOnlyResult> res;
+  for (int64_t ctx : ctxs)
+    for (const KvOnlyStorage& s : storages) {
+      res.push_back(run_kv_only(c, s, ctx, o.reps));
+      if (!res.back().skipped.empty())
+        std::fprintf(stderr, "bench --kv-only: %s at ctx %lld skipped: %s\n", s.name.c_str(), (long long)ctx,
+                     res.back().skipped.c_str());
+    }
+  std::fprintf(stderr, "bench: measuring memory read bandwidth\n");
+  const double measured = measure_read_bandwidth_gbs(size_t(o.bw_probe_mib) << 20);
+  if (o.json) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const KvOnlyResult& r : res)
+      arr.push_back({{"storage", r.name}, {"config", r.describe}, {"ctx", r.ctx}, {"timed", r.timed},
+                     {"skipped", r.skipped}, {"bytes_per_token", r.bytes_per_token},
+                     {"kv_bytes", r.bytes_per_token * double(r.ctx)}, {"need_bytes", r.need_bytes},
+                     {"mem_available_bytes", r.available_bytes}, {"fill_seconds", r.fill_s},
+                     {"ms_per_token", r.ms_per_token}, {"achieved_gbs", r.gbs},
+                     {"bandwidth_fraction", measured > 0 && r.timed ? r.gbs / measured : 0.0},
+                     {"outliers", r.outliers}});
+    print_json({{"shape", name}, {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
+                {"head_dim", c.head_dim}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
+                {"measured_read_gbs", measured}, {"reps", o.reps}, {"results", arr}});
+    return;
+  }
+  fmt::print("decode attention over a synthetic KV cache: {} ({} layers, {}/{} heads, head_dim {}), {} threads, {} "
+             "kernels, measured read bandwidth {:.1f} GB/s\n\n",
+             name, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, num_threads(), isa_name(active_isa()),
+             measured);
+  fmt::print("{:<12} {:>9} {:>10} {:>10} {:>9} {:>11} {:>7} {:>6}  {}\n", "storage", "ctx", "B/token", "KV GB",
+             "fill s", "ms/token", "GB/s", "% bw", "note");
+  for (const KvOnlyResult& r : res) {
+    if (!r.timed) {
+      fmt::print("{:<12} {:>9} {:>10.0f} {:>10.3f} {:>9} {:>11} {:>7} {:>6}  {}\n", r.name, r.ctx, r.bytes_per_token,
+                 r.bytes_per_token * double(r.ctx) / 1e9, "-", "-", "-", "-",
+                 r.skipped.empty() ? std::string("bytes only") : "not run: " + r.skipped);
+      continue;
+    }
+    fmt::print("{:<12} {:>9} {:>10.0f} {:>10.3f} {:>9.1f} {:>11.2f} {:>7.1f} {:>5.0f}%  {}\n", r.name, r.ctx,
+               r.bytes_per_token, r.bytes_per_token * double(r.ctx) / 1e9, r.fill_s, r.ms_per_token, r.gbs,
+               measured > 0 ? 100 * r.gbs / measured : 0.0, r.describe);
+  }
+}
+
 }  // namespace
 
 void register_bench(CLI::App& app) {
@@ -134,6 +221,9 @@ void register_bench(CLI::App& app) {
     bool no_profile = false;
     int64_t bw_probe_mib = 1024;
     std::string fp_dtype = "auto";
+    bool kv_only = false;
+    std::string ctx_list = "4096,32768,131072";
+    std::string kv = "fp32,int8,int4,nuq4,nuq3-1pct,nuq2-1pct";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("bench", "Prefill/decode speed, bandwidth and memory of the forward pass");
@@ -162,9 +252,18 @@ void register_bench(CLI::App& app) {
                   "Buffer of the memory read-bandwidth probe in MiB (well above the last-level cache)")
       ->check(CLI::Range(int64_t(1), int64_t(1) << 20))
       ->capture_default_str();
+  cmd->add_flag("--kv-only", o->kv_only,
+                "Time one decode step's attention over a synthetic KV cache of --ctx tokens per --kv storage (no "
+                "weights: the shape of --random, default 1b, or of -m's config.json)");
+  cmd->add_option("--ctx", o->ctx_list, "With --kv-only: comma-separated context lengths")->capture_default_str();
+  cmd->add_option("--kv", o->kv,
+                  "With --kv-only: comma-separated KV storages: fp32, fp16 (bytes only), int8, int4, nuq4, nuq3, "
+                  "nuq2, nuqN-1pct (1% outliers)")
+      ->capture_default_str();
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
     apply_threads(*o);
+    if (o->kv_only) return run_kv_only_bench(*o);
     SINKQ_CHECK(!o->model.empty() || !o->random.empty(), "bench needs -m DIR or --random SHAPE");
     SINKQ_CHECK(o->prefill >= 1, "--prefill must be >= 1 (got {})", o->prefill);
     SINKQ_CHECK(o->decode >= 0, "--decode must be >= 0 (got {})", o->decode);

@@ -65,10 +65,13 @@ std::vector<float> nf_levels(int bits) {
 int nearest(std::span<const float> levels, float u) {
   SINKQ_ASSERT(!levels.empty());
   // First level whose upper decision boundary (midpoint to the next level) is >= u: the lower of
-  // two levels wins a tie. Linear on ≤ 16 levels is as fast as a search and branch-predictable.
+  // two levels wins a tie. With the levels ascending the boundaries are too, so that index is the
+  // count of boundaries below u — counted without a branch (a data-dependent loop exit
+  // mispredicts about once per element).
   const int n = int(levels.size());
+  const float* l = levels.data();
   int i = 0;
-  while (i + 1 < n && u > 0.5f * (levels[size_t(i)] + levels[size_t(i) + 1])) ++i;
+  for (int j = 0; j + 1 < n; ++j) i += u > 0.5f * (l[j] + l[j + 1]);
   return i;
 }
 
@@ -94,6 +97,35 @@ Range outlier_range(const float* x, int64_t n, int64_t stride, double p) {
     float lo = x[0], hi = x[0];
     for (int64_t i = 1; i < n; ++i) lo = std::min(lo, x[i * stride]), hi = std::max(hi, x[i * stride]);
     return {lo, hi};
+  }
+  if (k <= 8) {
+    // A few per side (p = 1% of a kv row: 1 to 3): one pass keeping the k + 1 smallest and the
+    // k + 1 largest in sorted arrays — the same order statistics as the selection below.
+    float lo[9], hi[9];
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      const float a = x[i * stride];
+      if (m < k + 1) {  // fill both arrays with the first k + 1 values
+        int64_t j = m++;
+        for (; j > 0 && lo[j - 1] > a; --j) lo[j] = lo[j - 1];
+        lo[j] = a;
+        j = m - 1;
+        for (; j > 0 && hi[j - 1] < a; --j) hi[j] = hi[j - 1];
+        hi[j] = a;
+        continue;
+      }
+      if (a < lo[k]) {
+        int64_t j = k;
+        for (; j > 0 && lo[j - 1] > a; --j) lo[j] = lo[j - 1];
+        lo[j] = a;
+      }
+      if (a > hi[k]) {
+        int64_t j = k;
+        for (; j > 0 && hi[j - 1] < a; --j) hi[j] = hi[j - 1];
+        hi[j] = a;
+      }
+    }
+    return {lo[k], hi[k]};
   }
   std::vector<float> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[size_t(i)] = x[i * stride];

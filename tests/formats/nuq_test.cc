@@ -90,6 +90,27 @@ TEST(Nuq, OutlierRangeSetsAsideRoundPnOverTwoPerSide) {
   EXPECT_THROW(outliers_per_side(10, 1.0), Error);
 }
 
+// The one-pass path for a few outliers per side (k <= 8) and the selection path agree with a
+// sort on random vectors with ties, for every k it takes and the first beyond it.
+TEST(Nuq, OutlierRangeEqualsTheSortedOrderStatistics) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> small(-5, 5);  // many ties
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int64_t n = 19 + trial % 60;
+    const int64_t k = 1 + trial % 9;  // 1..9: the last one takes the selection path
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = trial % 2 ? float(small(rng)) : nd(rng);
+    const double p = (2.0 * double(k) + 0.5) / double(n);  // round(p·n/2) = k
+    ASSERT_EQ(outliers_per_side(n, p), k);
+    std::vector<float> s = x;
+    std::sort(s.begin(), s.end());
+    const Range r = outlier_range(x.data(), n, 1, p);
+    EXPECT_EQ(r.lo, s[size_t(k)]) << n << " " << k;
+    EXPECT_EQ(r.hi, s[size_t(n - 1 - k)]) << n << " " << k;
+  }
+}
+
 TEST(Nuq, UniformCodebookIsMinMaxRounding) {
   // With uniform levels a vector codes to lo + rne((x − lo)/Δ)·Δ, Δ = (hi − lo)/(2^b − 1): the
   // asymmetric min-max integer grid of the vector (up to fp32 rounding of the two formulas).

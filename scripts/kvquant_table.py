@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Markdown tables of scripts/smollm2_kvquant.sh's runs (docs/kvquant.md).
 
-Usage: python3 scripts/kvquant_table.py DIR   (DIR holds <row>.json from `sinkq ppl --kld --json`)
+Usage: python3 scripts/kvquant_table.py DIR [KV_DIM]   (DIR holds <row>.json from `sinkq ppl --kld --json`;
+KV_DIM: the model's kv heads x head_dim, default 192 = SmolLM2-135M)
 
 Δ NLL is the mean over windows of the per-window NLL difference to the fp row (the same windows
 and targets), ± its standard error; KLD ± the standard error over windows. KV bytes are per token
@@ -70,9 +71,11 @@ def main():
     d = sys.argv[1]
     runs = {f[:-5]: json.load(open(os.path.join(d, f))) for f in os.listdir(d) if f.endswith(".json")}
     fp = runs["fp"]
-    kv_dim = 192  # SmolLM2-135M: 3 KV heads x 64
+    kv_dim = int(sys.argv[2]) if len(sys.argv) > 2 else 192  # SmolLM2-135M: 3 KV heads x 64
     fp_bytes = kv_bytes(fp["config"], kv_dim)
     for table, rows in ROWS.items():
+        if not any(key in runs for _, key in rows if key != "fp"):
+            continue  # a table none of whose rows were run (e.g. ABLATION=0)
         print(f"\n**{table}**\n")
         print("| setting | ppl | Δ NLL vs fp (± SE) | KLD (± SE) | KV bytes / token / layer | seconds |")
         print("|---|---|---|---|---|---|")

@@ -8,14 +8,18 @@
 # model behind the same prefix. Prints the markdown tables (scripts/kvquant_table.py); the JSON of
 # every row is kept in $OUT (default: a temporary directory).
 # Usage: bash scripts/smollm2_kvquant.sh   (after bash scripts/build.sh; ~60 min on 2 cores)
+# Another model: M=DIR CTX=N WINDOWS=N CALIB_LEN=N KV_DIM=N ABLATION=0 (the table rows only), e.g.
+#   M=../shared/models/mixtext-2.5M CTX=252 WINDOWS=40 CALIB_LEN=256 KV_DIM=64 ABLATION=0 bash scripts/smollm2_kvquant.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=${S:-./build/src/cli/sinkq}
-G=../shared/models/smollm2-135m-instruct-q4_1/model.gguf
+G=${M:-../shared/models/smollm2-135m-instruct-q4_1/model.gguf}
+CTX=${CTX:-512}
+WINDOWS=${WINDOWS:-16}
 T=../shared/data/wikitext-2/wikitext2_test_joined.txt
 C=../shared/data/c4/c4_train_00000_first1000.jsonl
 OUT=${OUT:-$(mktemp -d)}
-CAL="--calib $C --calib-samples 8 --calib-len 512"
+CAL="--calib $C --calib-samples 8 --calib-len ${CALIB_LEN:-512}"
 Q="--prefix bos --prefix-source quant"   # the first token quantized like the others
 F="--prefix bos"                          # the first token in full precision
 ROWS=(
@@ -30,7 +34,7 @@ for b in 4 3 2; do
   )
 done
 # The per-step ablation at 3 bits (each row adds one step to the row above; int3 is its start).
-ROWS+=(
+[ "${ABLATION:-1}" = 1 ] && ROWS+=(
   "abl3-channel|--kv-bits 3 --kv-codebook uniform --kv-keys post_rope_channel $Q $CAL"
   "abl3-prerope|--kv-bits 3 --kv-codebook uniform --kv-keys pre_rope_channel $Q $CAL"
   "abl3-kmeans|--kv-bits 3 --kv-codebook kmeans $Q $CAL"
@@ -48,7 +52,7 @@ for r in "${ROWS[@]}"; do
   echo "smollm2_kvquant: $name ($flags)" >&2
   t0=$(date +%s)
   # shellcheck disable=SC2086
-  if ! "$S" ppl -m "$G" -f "$T" --ctx 512 --max-windows 16 --kld --json $flags 2>"$OUT/$name.err" >"$OUT/$name.tmp"; then
+  if ! "$S" ppl -m "$G" -f "$T" --ctx "$CTX" --max-windows "$WINDOWS" --kld --json $flags 2>"$OUT/$name.err" >"$OUT/$name.tmp"; then
     echo "smollm2_kvquant: $name failed:" >&2
     tail -3 "$OUT/$name.err" >&2
     exit 1
@@ -59,4 +63,4 @@ j = json.load(open(sys.argv[1])); j["wall_seconds"] = int(sys.argv[2]); json.dum
 PY
   mv "$OUT/$name.tmp" "$OUT/$name.json"
 done
-python3 scripts/kvquant_table.py "$OUT"
+python3 scripts/kvquant_table.py "$OUT" "${KV_DIM:-192}"

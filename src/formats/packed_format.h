@@ -8,7 +8,11 @@
 //
 // A format is composed of pieces:
 //   codebook     how a stored code maps to a level: Codebook::UniformInt (the grid of
-//                uniform_int.h) now; a lookup table (KVQuant's nuqX, issue 15) comes next
+//                uniform_int.h). KVQuant's nuqX KV body (a per-layer level table, b = 2..4-bit
+//                index streams, fp16 outliers in a CSR by token) is not a row of these tables: its
+//                parameters are per-layer codecs (formats/nuq.h, calibrated by quant/kvquant.h,
+//                stored as the artifact's kv_codebook.* tensors), its layout and kernels are
+//                lowbit/codebook_kv.h.
 //   bits         8 or 4 (codes per byte: 1 or 2)
 //   symmetric    x̂ = s·q, or x̂ = s·(q - z) with a uint8 zero point per scale
 //   granularity  which elements share a (scale, zero) (granularity.h); `group` columns per scale
@@ -53,12 +57,12 @@ using quant::Granularity;
 
 // ---- the pieces -----------------------------------------------------------------------------
 
-// How a stored code becomes a level. Next: Lut (a per-tensor table of levels, KVQuant's nuqX,
-// issue 15) with its own row in kCodebookRows.
+// How a stored code becomes a level (the codebook KV body's lookup tables: lowbit/codebook_kv.h).
 enum class Codebook : uint8_t { UniformInt };
 // Where the scale / zero point come from (see quantizer.h "Static vs dynamic").
 enum class ScaleSource : uint8_t { Dynamic, Static };
-// Outliers stored apart from the codes (KVQuant's dense-and-sparse): none yet.
+// Outliers stored apart from the codes: none in these formats (KVQuant's dense-and-sparse KV
+// outliers: lowbit/codebook_kv.h).
 enum class Sparse : uint8_t { None };
 enum class Role : uint8_t { Weight, Activation, Kv };
 

@@ -64,6 +64,10 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                  "--kv-codebook: dense-and-sparse outlier fraction per vector kept in fp16 (0.01 = "
                                  "KVQuant's 1%; default 0)");
   g.kv_qnorm = cmd.add_flag("--kv-qnorm", o->kv_qnorm, "--kv-codebook: Q-Norm of the levels (KVQuant §3.5; needs --calib)");
+  g.kv_recent = cmd.add_option("--kv-recent", o->kv_recent,
+                               "--kv-codebook: the most recent W tokens in int8 (per token and KV head) instead of the "
+                               "codebook; older tokens coded (default 0: off)");
+  g.kv_recent_bits = cmd.add_option("--kv-recent-bits", o->kv_recent_bits, "--kv-recent: bits of the recent window (8)");
   g.rotate = cmd.add_flag("--rotate", o->rotate, "Hadamard rotation (QuaRot R1-R4, computationally invariant) before quantizing");
   g.rotate_seed = cmd.add_option("--rotate-seed", o->rotate_seed, "Seed of the random Hadamard signs (default 0)");
   g.calib = cmd.add_option("--calib", o->calib,
@@ -111,7 +115,8 @@ std::string QuantFlags::first_given() const {
   const CLI::Option* all[] = {given.preset, given.recipe, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
                               given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
                               given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.kv_codebook,
-                              given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.rotate,
+                              given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.kv_recent,
+                              given.kv_recent_bits, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
                               given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
                               given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
@@ -202,6 +207,8 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   if (was_given(g.kv_values)) c.kv.value_axis = quant::parse_kv_values(kv_values);
   if (was_given(g.kv_outliers)) c.kv.outliers = kv_outliers;
   if (was_given(g.kv_qnorm)) c.kv.qnorm = kv_qnorm;
+  if (was_given(g.kv_recent)) c.kv.recent = kv_recent;
+  if (was_given(g.kv_recent_bits)) c.kv.recent_bits = kv_recent_bits;
   if (was_given(g.kv_clip)) {
     SINKQ_CHECK(c.kv.mode == quant::KvMode::Static, "--kv-clip applies to --kv-quant static only");
     const quant::ClipSetting cs = quant::parse_clip("--kv-clip", kv_clip);

@@ -8,7 +8,7 @@
 //   --a-cross-cols per_call|running_max
 //   --kv-bits N --kv-quant dynamic|static --kv-gran token|head|tensor --kv-clip R|grid
 //   --kv-codebook int|uniform|nf|kmeans|fisher --kv-keys pre_rope_channel|.. --kv-values token|channel
-//   --kv-outliers P --kv-qnorm   (KVQuant, quant/kvquant.h)
+//   --kv-outliers P --kv-qnorm --kv-recent W --kv-recent-bits 8   (KVQuant, quant/kvquant.h)
 //   --rotate --rotate-seed S
 //   --calib FILE --calib-samples N --calib-len L --calib-seed S
 //   --prefix none|bos|auto|ids:..|text:..|system:..  --prefix-source fp|quant  --prefix-eta E
@@ -47,6 +47,7 @@ struct QuantFlags {
   std::string kv_codebook = "int", kv_keys = "pre_rope_channel", kv_values = "token";
   double kv_outliers = 0.0;
   bool kv_qnorm = false;
+  int kv_recent = 0, kv_recent_bits = 8;
   uint64_t rotate_seed = 0, calib_seed = 0;
   std::string calib;
   int64_t calib_samples = 8, calib_len = 0;
@@ -70,7 +71,7 @@ struct QuantFlags {
                 *a_cross_cols = nullptr;
     CLI::Option *kv_bits = nullptr, *kv_quant = nullptr, *kv_gran = nullptr, *kv_clip = nullptr;
     CLI::Option *kv_codebook = nullptr, *kv_keys = nullptr, *kv_values = nullptr, *kv_outliers = nullptr,
-                *kv_qnorm = nullptr;
+                *kv_qnorm = nullptr, *kv_recent = nullptr, *kv_recent_bits = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
     CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr;
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;

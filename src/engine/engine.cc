@@ -100,8 +100,18 @@ nlohmann::json Engine::config_json() const {
 
 void Engine::attach(Forward& fwd) const {
   SINKQ_CHECK(&fwd.model() == model_.get(), "Engine::attach: the Forward runs another model");
-  if (packed_) packed_->attach(fwd);
-  else pipeline_->sim.attach(fwd);
+  if (packed_) {
+    packed_->attach(fwd);
+  } else if (pipeline_->sim.cfg.kv.recent > 0) {
+    // The recent int8 window is per query: the simulated model's other hooks, its prefix, and the
+    // codebook KV store (its fused kernels run the same values the simulator would).
+    const quant::SimModel& sim = pipeline_->sim;
+    sim.attach_hooks(fwd, /*kv_codecs=*/false);
+    fwd.set_prefix(sim.prefix);
+    runtime::attach_codebook_kv(fwd, runtime::CodebookKvScheme::from_sim(sim));
+  } else {
+    pipeline_->sim.attach(fwd);
+  }
 }
 
 std::unique_ptr<Session> Engine::new_session(int64_t ctx) const {

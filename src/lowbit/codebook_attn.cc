@@ -160,7 +160,7 @@ void attention_codebook(const AttnShape& s, const float* q, const float* q_body,
         std::fill(qpad.data() + i * ldq + D, qpad.data() + (i + 1) * ldq, 0.0f);
         if (np > 0) k.scores(q0 + i * D, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data() + i * n);
       }
-      cb.scores(qpad.data(), ldq, group, kr[size_t(g)].from(blo), nb, D, cs ? cs + (P + blo) * D : nullptr, scale,
+      cb.scores(qpad.data(), ldq, group, kr[size_t(g)].from(blo), nb, D, cs ? cs + blo * D : nullptr, scale,
                 sc.data() + np, n);
       for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
       if (np == 0) {
@@ -193,7 +193,7 @@ void attention_codebook(const AttnShape& s, const float* q, const float* q_body,
                                const int64_t b = j - P;
                                const double x = detail::cb_value(r, b, d);
                                if (value || !cs) return x;
-                               const float* row = cs + j * D;
+                               const float* row = cs + b * D;
                                const int i = d % h;
                                const double other = detail::cb_value(r, b, d < h ? d + h : d - h);
                                return d < h ? x * row[i] - other * row[h + i] : x * row[i] + other * row[h + i];

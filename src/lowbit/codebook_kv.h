@@ -118,9 +118,9 @@ class CodebookKvCache {
 // stored), shapes as kernels/ops.h attention. q: [T, n_heads, head_dim] after RoPE, as the prefix
 // keys see it; q_body: the same queries in the body keys' basis (a rotated model's prefix keys
 // carry R3, its pre-RoPE body keys do not: the caller passes q un-rotated), or null for q. cs: null
-// when the body keys are stored after RoPE; else the keys were stored before RoPE and cs holds the
-// cos | sin row (rope_cos_sin) of every absolute position 0..P + n_past + T − 1 at
-// cs + position·head_dim. out may not alias q.
+// when the body keys are stored after RoPE; else the keys were stored before RoPE and body row j is
+// rotated by the cos | sin row (rope_cos_sin of its absolute position) at cs + j·head_dim, j <
+// n_past + T. out may not alias q.
 void attention_codebook(const AttnShape& s, const float* q, const float* q_body, const KvSegment& prefix,
                         const CodebookKvCache& c, int layer, int64_t n_past, int64_t T, const float* cs, float* out);
 

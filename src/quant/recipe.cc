@@ -194,15 +194,18 @@ void Recipe::validate() const {
     SINKQ_CHECK(kv.codebook != KvCodebook::Fisher || kv.key_pre_rope,
                 "--kv-codebook fisher weighs keys by the Fisher information of K before RoPE: it needs --kv-keys "
                 "pre_rope_channel or pre_rope_token");
+    SINKQ_CHECK(kv.recent >= 0 && kv.recent <= (1 << 20), "--kv-recent must be in [0, 2^20] tokens, got {}",
+                kv.recent);
+    SINKQ_CHECK(kv.recent_bits == 8, "--kv-recent-bits {}: the recent window is held as int8 rows (8)", kv.recent_bits);
     SINKQ_CHECK(!finetune.on(), "--finetune blockwise with --kv-codebook {}: the codebook quantizer has no "
                 "straight-through form in the training forward yet; use the integer KV quantizer", kv_codebook_name(kv.codebook));
     SINKQ_CHECK(prefix.train_epochs == 0, "--prefix-train with --kv-codebook {}: the codebook quantizer has no "
                 "form in the training forward yet; use the integer KV quantizer", kv_codebook_name(kv.codebook));
   } else {
     SINKQ_CHECK(kv.outliers == 0.0 && !kv.qnorm && kv.key_axis == KvAxis::Channel && kv.key_pre_rope &&
-                    kv.value_axis == KvAxis::Token,
-                "--kv-keys / --kv-values / --kv-outliers / --kv-qnorm apply to the codebook quantizer: give "
-                "--kv-codebook uniform|nf|kmeans|fisher and --kv-bits 2..4");
+                    kv.value_axis == KvAxis::Token && kv.recent == 0,
+                "--kv-keys / --kv-values / --kv-outliers / --kv-qnorm / --kv-recent apply to the codebook quantizer: "
+                "give --kv-codebook uniform|nf|kmeans|fisher and --kv-bits 2..4");
   }
   SINKQ_CHECK(calib.samples >= 1, "--calib-samples must be >= 1, got {}", calib.samples);
   SINKQ_CHECK(calib.len >= 0 && calib.len != 1, "--calib-len must be >= 2, got {}", calib.len);
@@ -363,6 +366,7 @@ std::string Recipe::describe() const {
                        kv_axis_name(kv.value_axis));
       if (kv.outliers > 0) s += fmt::format(" outliers {}%", 100.0 * kv.outliers);
       if (kv.qnorm) s += " q-norm";
+      if (kv.recent > 0) s += fmt::format(" recent {} at int{}", kv.recent, kv.recent_bits);
     } else {
       s += fmt::format(" | KV{} {} {} {}", kv.bits, kv_mode_name(kv.mode), gran, sym_name(kv.symmetric));
       if (kv.mode == KvMode::Static) s += " clip=" + clip_text(kv.clip_grid, kv.clip);

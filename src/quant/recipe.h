@@ -150,6 +150,12 @@ struct KvSim {
   KvAxis value_axis = KvAxis::Token;
   double outliers = 0.0;
   bool qnorm = false;
+  // The most recent `recent` tokens of the body in int`recent_bits` (per token and KV head,
+  // symmetric) instead of the codebook: a query at body position t sees rows t−recent+1..t in that
+  // precision, older rows coded (runtime::CodebookKvStore holds them in a ring of int8 rows).
+  // 0 = off. Codebook quantizer only.
+  int recent = 0;
+  int recent_bits = 8;
   bool on() const { return bits != kBitsOff; }
   bool vector() const { return on() && codebook != KvCodebook::Int; }
   // Whether the codebook quantizer needs calibration samples (an offline range or learned levels).

@@ -117,6 +117,7 @@ nlohmann::json Recipe::to_json() const {
     jk["values"] = kv_axis_name(kv.value_axis);
     jk["outliers"] = kv.outliers;
     jk["qnorm"] = kv.qnorm;
+    if (kv.recent > 0) jk["recent"] = {{"tokens", kv.recent}, {"bits", kv.recent_bits}};
     jk["sites"] = {kv.key_pre_rope ? "k_pre_rope" : "k", "v"};
   } else if (kv.on()) {
     jk["mode"] = kv_mode_name(kv.mode);
@@ -324,7 +325,8 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     }
   }
   if (const json* jk = R.find(j, "kv")) {
-    R.keys(*jk, "kv", {"bits", "mode", "granularity", "symmetric", "clip_ratio", "codebook", "keys", "values", "outliers", "qnorm"},
+    R.keys(*jk, "kv", {"bits", "mode", "granularity", "symmetric", "clip_ratio", "codebook", "keys", "values", "outliers", "qnorm",
+                          "recent"},
            {"dynamic", "clip_search", "sites"});
     if (const json* v = R.find(*jk, "codebook")) c.kv.codebook = R.name(*v, "kv.codebook", parse_kv_codebook);
     if (const json* v = R.find(*jk, "keys"))
@@ -333,6 +335,11 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
       c.kv.value_axis = R.name(*v, "kv.values", [](const std::string& s) { return parse_kv_values(s); });
     if (const json* v = R.find(*jk, "outliers")) c.kv.outliers = R.number(*v, "kv.outliers");
     if (const json* v = R.find(*jk, "qnorm")) c.kv.qnorm = R.boolean(*v, "kv.qnorm");
+    if (const json* jr = R.find(*jk, "recent")) {
+      R.keys(*jr, "kv.recent", {"tokens", "bits"}, {});
+      if (const json* v = R.find(*jr, "tokens")) c.kv.recent = R.integer(*v, "kv.recent.tokens");
+      if (const json* v = R.find(*jr, "bits")) c.kv.recent_bits = R.integer(*v, "kv.recent.bits");
+    }
     if (const json* v = R.find(*jk, "bits")) c.kv.bits = R.integer(*v, "kv.bits");
     if (const json* v = R.find(*jk, "mode")) c.kv.mode = R.name(*v, "kv.mode", parse_kv_mode);
     if (const json* v = R.find(*jk, "granularity")) c.kv.granularity = R.name(*v, "kv.granularity", parse_kv_granularity);

@@ -246,7 +246,7 @@ std::vector<int> SimModel::attach(Forward& fwd) const {
   return handles;
 }
 
-std::vector<int> SimModel::attach_hooks(Forward& fwd) const {
+std::vector<int> SimModel::attach_hooks(Forward& fwd, bool kv_codecs) const {
   SINKQ_CHECK(&fwd.model() == model.get(), "SimModel::attach: the Forward must run SimModel::model "
               "(the rotated, weight-quantized model its hooks belong to)");
   cfg.validate();
@@ -260,6 +260,12 @@ std::vector<int> SimModel::attach_hooks(Forward& fwd) const {
   }
   SINKQ_CHECK(!cfg.kv.vector() || kvq.size() == size_t(fwd.model().config().num_layers) || kvq.empty(),
               "SimModel: KV codebooks for {} layers, the model has {}", kvq.size(), fwd.model().config().num_layers);
+  if (!kv_codecs) return handles;
+  SINKQ_CHECK(cfg.kv.recent == 0 || kvq.empty(),
+              "--kv-recent {}: a query sees its recent rows in int8 and older ones coded, which per-row KV hooks cannot "
+              "express; it runs through the codebook KV store (runtime::attach_codebook_kv: sinkq ppl, generate and "
+              "quantize do this)",
+              cfg.kv.recent);
   const Site ksite = cfg.kv.key_pre_rope ? Site::KPreRope : Site::K;
   for (size_t l = 0; l < kvq.size(); ++l) {
     handles.push_back(fwd.hooks().add(ksite, int(l), [c = &kvq[l].k](SiteView& v) { c->apply(v.data, v.tokens, v.features); }));

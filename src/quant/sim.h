@@ -125,8 +125,11 @@ struct SimModel {
   // and KV quantization hooks (static ones with their calibrated Params), and puts `prefix` on it
   // (Forward::set_prefix; fwd's body must be empty). Returns the hook handles.
   std::vector<int> attach(Forward& fwd) const;
-  // The hooks only (no prefix): what computes a source-Quant prefix.
-  std::vector<int> attach_hooks(Forward& fwd) const;
+  // The hooks only (no prefix): what computes a source-Quant prefix. kv_codecs = false leaves the
+  // codebook KV quantizers out (the caller attaches runtime::CodebookKvStore instead: the engine
+  // does for kv.recent > 0, whose per-query window per-row hooks cannot express — with it,
+  // kv_codecs = true is an error).
+  std::vector<int> attach_hooks(Forward& fwd, bool kv_codecs = true) const;
   // cfg.to_json() plus "calibration_result" (the report).
   nlohmann::json to_json() const;
   // cfg.describe() and, when calibrated, a short summary of the chosen ratios.

@@ -288,6 +288,7 @@ QuantizedModel load_artifact(const std::string& dir) {
     CodebookKvScheme cs;
     cs.key_pre_rope = qm.cfg.kv.key_pre_rope;
     cs.r3 = qm.cfg.rotate.on;
+    cs.recent = qm.cfg.kv.recent;
     const int64_t n_levels = int64_t(1) << qm.cfg.kv.bits, KV = mc.kv_dim();
     for (int l = 0; l < mc.num_layers; ++l) {
       quant::KvQuantLayer layer;

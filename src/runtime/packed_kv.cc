@@ -118,6 +118,7 @@ CodebookKvScheme CodebookKvScheme::from_sim(const quant::SimModel& sm) {
   CodebookKvScheme s;
   s.key_pre_rope = sm.cfg.kv.key_pre_rope;
   s.r3 = sm.cfg.rotate.on;
+  s.recent = sm.cfg.kv.recent;
   s.layers = sm.kvq;
   return s;
 }
@@ -136,17 +137,62 @@ CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const Codeboo
       kv_heads_(m.config().num_kv_heads),
       head_dim_(m.config().head_dim),
       pre_rope_(s.key_pre_rope),
-      r3_(s.r3) {
+      r3_(s.r3),
+      recent_(s.recent) {
   cache_.rows(0, false, 0, head_dim_);  // the kernels' head slices: throws when not byte-aligned
+  SINKQ_CHECK(recent_ >= 0, "codebook KV: recent window of {} rows", recent_);
+  if (recent_ > 0) {
+    SINKQ_CHECK(m.config().sliding_window == 0,
+                "--kv-recent: the model attends a sliding window of {} tokens; the recent int8 window is built for "
+                "full attention",
+                m.config().sliding_window);
+    ring_ = std::make_unique<lowbit::PackedKvCache>(lowbit::PackedFormat::KV8_PerHead, m.config().num_layers, kv_heads_,
+                                                    head_dim_, std::min<int64_t>(recent_, capacity));
+  }
 }
 
 std::string CodebookKvStore::describe() const {
-  return fmt::format("KV{} codebook (keys {} RoPE{}; b-bit indices, fp16 outliers CSR by token)", cache_.bits(),
-                     pre_rope_ ? "before" : "after", pre_rope_ && r3_ ? ", R3 after decoding" : "");
+  return fmt::format("KV{} codebook (keys {} RoPE{}; b-bit indices, fp16 outliers CSR by token){}", cache_.bits(),
+                     pre_rope_ ? "before" : "after", pre_rope_ && r3_ ? ", R3 after decoding" : "",
+                     ring_ ? fmt::format(", the recent {} rows in int8", recent_) : "");
 }
 
 void CodebookKvStore::write(int layer, int64_t row0, const float* k, const float* v, int64_t T) {
+  const int64_t before = ring_ ? cache_.rows_written(layer) : 0;
   cache_.store(layer, row0, k, v, T);
+  if (!ring_) return;
+  // The int8 rows this write's attention needs: the ring's rows [row0 − W + 1, row0) (written
+  // before), then this chunk's rows, each quantized into its ring slot and read back at once (a
+  // later row of the same chunk may take the slot).
+  const int64_t W = ring_->capacity(), KV = cache_.kv_dim();
+  const int64_t r0 = std::max<int64_t>(0, row0 - (W - 1));
+  SINKQ_CHECK(row0 == 0 || before <= row0 + 1,
+              "codebook KV with --kv-recent: rewriting from row {} after {} rows were written would read int8 rows "
+              "the ring no longer holds",
+              row0, before);
+  recent_layer_ = layer;
+  recent_row0_ = r0;
+  recent_rows_ = row0 + T - r0;
+  rk_.resize(size_t(recent_rows_ * KV));
+  rv_.resize(size_t(recent_rows_ * KV));
+  for (int64_t r = r0; r < row0; ++r) {
+    ring_->dequantize(layer, false, r % W, 1, rk_.data() + (r - r0) * KV);
+    ring_->dequantize(layer, true, r % W, 1, rv_.data() + (r - r0) * KV);
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t r = row0 + t;
+    ring_->store(layer, r % W, k + t * KV, v + t * KV, 1);
+    ring_->dequantize(layer, false, r % W, 1, rk_.data() + (r - r0) * KV);
+    ring_->dequantize(layer, true, r % W, 1, rv_.data() + (r - r0) * KV);
+  }
+}
+
+void CodebookKvStore::rope_r3(float* k, int64_t n, int64_t pos0) const {
+  if (!pre_rope_) return;  // keys stored after RoPE (and after the k-site hook): as they are
+  // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
+  // position, then the k-site R3 when the model is rotated (both per row: the same bits).
+  rope_apply_cs(cs_.data() + pos0 * head_dim_, head_dim_, k, n, kv_heads_);
+  if (r3_) quant::fwht_inplace(k, n * kv_heads_, head_dim_);
 }
 
 void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix,
@@ -160,18 +206,19 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
       for (int64_t p = have; p < need; ++p) rope_cos_sin(*rope_, int32_t(p), cs_.data() + p * head_dim_);
     }
   }
+  if (ring_) return attention_recent(layer, s, q, prefix, n_past, T, out);
   if (T < kFusedMaxT) {
     // Decode steps: the fused LUT kernels read the packed rows directly. A rotated model's q
     // carries R3 (its q hook), the body keys get RoPE only: un-rotate q once for them (H is its
-    // own inverse).
-    // The prefix keys keep R3: they are scored with q as it comes.
+    // own inverse). The prefix keys keep R3: they are scored with q as it comes.
     const float* qb = q;
     if (pre_rope_ && r3_) {
       q_.assign(q, q + T * s.n_heads * head_dim_);
       quant::fwht_inplace(q_.data(), T * s.n_heads, head_dim_);
       qb = q_.data();
     }
-    lowbit::attention_codebook(s, q, qb, prefix, cache_, layer, n_past, T, pre_rope_ ? cs_.data() : nullptr, out);
+    lowbit::attention_codebook(s, q, qb, prefix, cache_, layer, n_past, T,
+                               pre_rope_ ? cs_.data() + prefix.rows * head_dim_ : nullptr, out);
     return;
   }
   // Prefill chunks: decode the rows once into fp32 and run the fp32 kernel (the simulator's values
@@ -180,13 +227,62 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
   v_.resize(size_t(n * KV));
   cache_.dequantize(layer, false, n, k_.data());
   cache_.dequantize(layer, true, n, v_.data());
-  if (pre_rope_) {
-    // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
-    // position, then the k-site R3 when the model is rotated (both per row: the same bits).
-    rope_apply_cs(cs_.data() + prefix.rows * head_dim_, head_dim_, k_.data(), n, kv_heads_);
-    if (r3_) quant::fwht_inplace(k_.data(), n * kv_heads_, head_dim_);
-  }
+  rope_r3(k_.data(), n, prefix.rows);
   sinkq::attention(s, q, prefix, k_.data(), v_.data(), n_past, T, out);
+}
+
+// Per query t (body position n_past + i): rows [0, old) coded, rows [old, t] (m of them) int8.
+// The int8 rows are decoded keys with RoPE and R3 as the prefix's, so they join the prefix segment
+// (a softmax does not depend on the order of its rows; no sliding window here).
+void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const float* q, const KvSegment& prefix,
+                                       int64_t n_past, int64_t T, float* out) const {
+  const int64_t n = n_past + T, KV = cache_.kv_dim(), P = prefix.rows, W = ring_->capacity();
+  const int64_t HD = int64_t(s.n_heads) * head_dim_;
+  SINKQ_CHECK(recent_layer_ == layer && recent_row0_ + recent_rows_ == n,
+              "codebook KV with --kv-recent: attention of layer {} over {} rows must follow the write of those rows",
+              layer, n);
+  SINKQ_CHECK(s.sliding_window == 0, "--kv-recent: sliding-window attention is not supported");
+  std::vector<float> rk(rk_);  // the int8 rows as the prefix keys are: RoPE (+ R3)
+  rope_r3(rk.data(), recent_rows_, P + recent_row0_);
+  auto recent_k = [&](int64_t row) { return rk.data() + (row - recent_row0_) * KV; };
+  auto recent_v = [&](int64_t row) { return rv_.data() + (row - recent_row0_) * KV; };
+  const bool fused = T < kFusedMaxT;
+  if (!fused) {  // [prefix; every body row decoded], so that prefix + the old rows are one segment
+    seg_k_.resize(size_t((P + n) * KV));
+    seg_v_.resize(size_t((P + n) * KV));
+    std::copy(prefix.k, prefix.k + P * KV, seg_k_.data());
+    std::copy(prefix.v, prefix.v + P * KV, seg_v_.data());
+    cache_.dequantize(layer, false, n, seg_k_.data() + P * KV);
+    cache_.dequantize(layer, true, n, seg_v_.data() + P * KV);
+    rope_r3(seg_k_.data() + P * KV, n, P);
+  } else if (pre_rope_ && r3_) {
+    q_.assign(q, q + T * HD);
+    quant::fwht_inplace(q_.data(), T * s.n_heads, head_dim_);
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t t = n_past + i, m = std::min<int64_t>(W, t + 1), old = t - m + 1;
+    const float* qi = q + i * HD;
+    float* oi = out + i * HD;
+    if (!fused) {  // the old rows behind the prefix, the m recent rows as the cache
+      sinkq::attention(s, qi, KvSegment{seg_k_.data(), seg_v_.data(), P + old}, recent_k(old), recent_v(old), m - 1, 1,
+                       oi);
+      continue;
+    }
+    if (old == 0) {  // every row recent
+      sinkq::attention(s, qi, prefix, recent_k(0), recent_v(0), m - 1, 1, oi);
+      continue;
+    }
+    // [prefix; the m recent rows] as the fp32 segment, the old rows through the fused kernels.
+    seg_k_.resize(size_t((P + m) * KV));
+    seg_v_.resize(size_t((P + m) * KV));
+    std::copy(prefix.k, prefix.k + P * KV, seg_k_.data());
+    std::copy(prefix.v, prefix.v + P * KV, seg_v_.data());
+    std::copy(recent_k(old), recent_k(old) + m * KV, seg_k_.data() + P * KV);
+    std::copy(recent_v(old), recent_v(old) + m * KV, seg_v_.data() + P * KV);
+    const float* qb = pre_rope_ && r3_ ? q_.data() + i * HD : qi;
+    lowbit::attention_codebook(s, qi, qb, KvSegment{seg_k_.data(), seg_v_.data(), P + m}, cache_, layer, old - 1, 1,
+                               pre_rope_ ? cs_.data() + P * head_dim_ : nullptr, oi);
+  }
 }
 
 void attach_codebook_kv(Forward& fwd, const CodebookKvScheme& scheme) {

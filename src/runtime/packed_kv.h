@@ -85,9 +85,18 @@ class PackedKvStore final : public KvStore {
 // un-rotated once). Prefill chunks decode the rows once into fp32 scratch, apply RoPE and R3 as
 // the simulator's k-site hook does, and run the fp32 attention kernel: the simulator's logits bit
 // for bit, for one layer's fp32 scratch.
+//
+// With a recent window (scheme.recent = W > 0, recipe kv.recent): every row is also held as int8
+// (per token and KV head, symmetric: lowbit kv8_per_head, the one int quantizer) in a ring of W
+// rows per layer, and a query at body position t attends rows t−W+1..t in int8 and older rows in
+// the codebook — per query, in prefill chunks too (the int8 rows of a chunk are kept beside it for
+// its attention). Within a softmax the order of the rows does not matter, so the recent rows join
+// the fp32 prefix segment (RoPE and R3 applied as to the prefix keys); a sliding-window model is
+// refused (the window would need the positions in order).
 struct CodebookKvScheme {
   bool key_pre_rope = true;
   bool r3 = false;  // rotation on: R3 (per-head H/√head_dim) after RoPE on decoded pre-RoPE keys
+  int recent = 0;   // W: the most recent W rows in int8 (0: off)
   std::vector<quant::KvQuantLayer> layers;
   static CodebookKvScheme from_sim(const quant::SimModel& sm);
 };
@@ -101,7 +110,7 @@ class CodebookKvStore final : public KvStore {
   int num_layers() const override { return cache_.num_layers(); }
   int64_t kv_dim() const override { return cache_.kv_dim(); }
   int64_t capacity() const override { return cache_.capacity(); }
-  size_t bytes() const override { return cache_.bytes(); }
+  size_t bytes() const override { return cache_.bytes() + (ring_ ? ring_->bytes() : 0); }
   std::string describe() const override;
   bool keys_before_rope() const override { return pre_rope_; }
   void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) override;
@@ -115,8 +124,20 @@ class CodebookKvStore final : public KvStore {
   int kv_heads_, head_dim_;
   bool pre_rope_, r3_;
   static constexpr int64_t kFusedMaxT = 8;
+  // Keys as the attention sees them: RoPE at absolute positions pos0.. and R3 when rotated.
+  void rope_r3(float* k, int64_t n, int64_t pos0) const;
+  void attention_recent(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
+                        int64_t T, float* out) const;
   mutable std::vector<float> k_, v_;  // one layer's decoded rows (prefill)
   mutable std::vector<float> q_;      // q un-rotated (R3, decode)
+  // Recent window: the int8 ring, and the int8 rows of the last write (with the ring's rows before
+  // it): rows [recent_row0_, recent_row0_ + recent_rows_) of layer recent_layer_, fp32 [rows, kv_dim].
+  int recent_ = 0;
+  std::unique_ptr<lowbit::PackedKvCache> ring_;
+  std::vector<float> rk_, rv_;
+  int recent_layer_ = -1;
+  int64_t recent_row0_ = 0, recent_rows_ = 0;
+  mutable std::vector<float> seg_k_, seg_v_;  // [prefix; recent rows] of one query
   mutable std::vector<float> cs_;     // RoPE cos | sin rows of absolute positions 0.., [positions, head_dim]
 };
 

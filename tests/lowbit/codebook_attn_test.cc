@@ -227,7 +227,7 @@ TEST(CodebookAttention, EveryIsaMatchesOracle) {
     outliers += s.cache.outliers(1, false) + s.cache.outliers(1, true);
     const AttnShape shape{c.H, c.Hkv, c.D, c.window};
     const KvSegment pre{s.pk.data(), s.pv.data(), c.P};
-    const float* cs = c.rope ? s.cs.data() : nullptr;
+    const float* cs = c.rope ? s.cs.data() + c.P * c.D : nullptr;  // body row 0's RoPE row
     std::vector<float> ref(s.q.size(), NAN);
     ref::attention_codebook(shape, s.q.data(), s.q_body(), pre, s.cache, 1, c.n_past, c.T, cs, ref.data());
     for (Isa isa : all_isas()) {
@@ -262,7 +262,7 @@ TEST(CodebookAttention, OracleMatchesFp32AttentionOverDequantizedCache) {
     s.cache.dequantize(1, true, nb, vb.data());
     if (c.rope) rope_apply_cs(s.cs.data() + c.P * c.D, c.D, kb.data(), nb, c.Hkv);
     std::vector<float> oracle(s.q.size(), NAN), fp(s.q.size(), NAN);
-    ref::attention_codebook(shape, s.q.data(), nullptr, pre, s.cache, 1, c.n_past, c.T, c.rope ? s.cs.data() : nullptr,
+    ref::attention_codebook(shape, s.q.data(), nullptr, pre, s.cache, 1, c.n_past, c.T, c.rope ? s.cs.data() + c.P * c.D : nullptr,
                             oracle.data());
     sinkq::attention(shape, s.q.data(), pre, kb.data(), vb.data(), c.n_past, c.T, fp.data());
     check(c, s, fp, oracle, "fp32 over dequantized");

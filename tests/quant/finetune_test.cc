@@ -150,7 +150,9 @@ TEST(Finetune, QuantInputTargetScoresOnlyTheBlocksOwnError) {
     std::printf("  block %zu: fp-trajectory target MSE %.4g -> %.4g, quant-input target %.4g -> %.4g\n", l,
                 fa[l].at("mse_before").get<double>(), fa[l].at("mse_after").get<double>(),
                 fb[l].at("mse_before").get<double>(), fb[l].at("mse_after").get<double>());
-    if (l > 0) EXPECT_LT(fb[l].at("mse_before").get<double>(), fa[l].at("mse_before").get<double>()) << l;
+    if (l > 0) {
+      EXPECT_LT(fb[l].at("mse_before").get<double>(), fa[l].at("mse_before").get<double>()) << l;
+    }
     before += fb[l].at("mse_before").get<double>();
     after += fb[l].at("mse_after").get<double>();
   }

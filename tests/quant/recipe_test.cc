@@ -118,7 +118,9 @@ TEST(Recipe, WeightRulesResolveInOrder) {
     EXPECT_EQ(d.group, ruled ? 0 : 128) << l;
     EXPECT_EQ(d.symmetric, ruled) << l;
     EXPECT_EQ(d.clip_grid, !ruled) << l;  // a fixed ratio replaces the grid
-    if (ruled) EXPECT_EQ(d.clip, 0.9f);
+    if (ruled) {
+      EXPECT_EQ(d.clip, 0.9f);
+    }
     const WeightSim u = r.weights(l, up, L);
     EXPECT_EQ(u.bits, 4);
     EXPECT_EQ(u.group, 128);

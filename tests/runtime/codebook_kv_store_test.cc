@@ -4,8 +4,13 @@
 // RoPE, with rotation (R3 re-applied after decoding, or taken off q) and an fp prefix.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <random>
+
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_test_util.h"
+#include "kernels/ref_attention.h"
+#include "lowbit/kv_kernels.h"
 #include "quant/sim.h"
 #include "runtime/packed_kv.h"
 #include "util/model_testutil.h"
@@ -99,6 +104,138 @@ TEST(CodebookKvStore, RotatedModelBehindAPrefixEqualsTheSimulator) {
   c.prefix.tokens = {1};
   c.prefix.bos_id = 1;
   expect_packed_equals_sim(c);
+}
+
+// ---- the recent int8 window (--kv-recent) ----------------------------------------------------
+
+// A Forward running sm's hooks without its KV codecs, behind its prefix, with the codebook store.
+std::unique_ptr<Forward> store_forward(const quant::SimModel& sm, int64_t ctx) {
+  auto f = std::make_unique<Forward>(sm.model, ctx);
+  sm.attach_hooks(*f, /*kv_codecs=*/false);
+  f->set_prefix(sm.prefix);
+  attach_codebook_kv(*f, CodebookKvScheme::from_sim(sm));
+  return f;
+}
+
+// The two attention paths of a windowed store compute the same thing: one 40-token prefill (every
+// query its own window, through fp32 over the decoded rows) against a 25-token prefill then decode
+// steps (the fused kernels over the old rows, the recent int8 rows beside the prefix). Every ISA.
+void expect_window_paths_agree(quant::Recipe cfg, int window) {
+  IsaRestore restore;
+  cfg.kv.recent = window;
+  const auto m = testing::stories260k();
+  const quant::SimModel sm = quant::build_sim(m, cfg, samples(3, 48));
+  const size_t V = size_t(m->config().vocab_size);
+  const std::vector<int32_t> toks = testing::prompt(40, 7);
+  quant::SimModel plain = sm;  // the same codebooks without the window
+  plain.cfg.kv.recent = 0;
+  for (Isa isa : ktest::all_isas()) {
+    set_isa(isa);
+    auto f = store_forward(sm, 64);
+    const std::vector<float> a = run(*f, toks, 40), b = run(*f, toks, 25);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_TRUE(bit_equal(std::vector<float>(a.begin(), a.begin() + V), std::vector<float>(b.begin(), b.begin() + V)));
+    // The paths differ by summation order (~1e-6 per attention output), which at 2-3 bits can
+    // move a value across a decision boundary in a later layer: one such flip moves these logits
+    // by up to ~1e-4 of the largest (measured 6e-7 to 5e-5). 1e-3 keeps that margin and stays 10x
+    // below what the window itself changes (asserted next), so rows attended in the wrong
+    // precision would fail.
+    const double d = testing::rel_diff(a, b);
+    auto p = store_forward(plain, 64);
+    const double w = testing::rel_diff(a, run(*p, toks, 40));
+    std::printf("  %s on %s: prefill vs decode steps %.3g; window vs none %.3g\n", cfg.describe().c_str(),
+                std::string(isa_name(isa)).c_str(), d, w);
+    EXPECT_LE(d, 1e-3) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_GE(w, 1e-2) << cfg.describe() << " " << isa_name(isa);
+  }
+}
+
+TEST(CodebookKvStore, RecentWindowPathsAgree) {
+  expect_window_paths_agree(kvq(2, quant::KvCodebook::Nf, 0.05), 6);
+  quant::Recipe c = kvq(3, quant::KvCodebook::Kmeans, 0.01);
+  c.rotate.on = true;  // R3: q as is for [prefix; recent rows], un-rotated for the coded rows
+  c.prefix.tokens = {1};
+  c.prefix.bos_id = 1;
+  expect_window_paths_agree(c, 9);
+}
+
+// The window's definition, per query, against the double oracle of one layer: a query at body
+// position t sees rows t−W+1..t as int8 (kv8_per_head, the one int quantizer, of the rows as
+// written: pre-RoPE keys, then RoPE) and older rows as the codebook decodes them.
+TEST(CodebookKvStore, RecentWindowIsPerQuery) {
+  const auto m = testing::stories260k();
+  const ModelConfig& c = m->config();
+  const quant::SimModel sm = quant::build_sim(m, kvq(2, quant::KvCodebook::Nf, 0.0), samples(2, 32));
+  CodebookKvScheme scheme = CodebookKvScheme::from_sim(sm);
+  const int W = 5;
+  scheme.recent = W;
+  const int64_t KV = c.kv_dim(), D = c.head_dim, H = c.num_heads, n0 = 17, n = n0 + 1;
+  std::mt19937_64 rng(4);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> k(size_t(n * KV)), v(k.size()), q(size_t(n * H * D));
+  for (float& x : k) x = 2.0f * nd(rng);
+  for (float& x : v) x = nd(rng);
+  for (float& x : q) x = nd(rng);
+  lowbit::PackedKvCache int8(lowbit::PackedFormat::KV8_PerHead, c.num_layers, c.num_kv_heads, c.head_dim, n);
+  int8.store(0, 0, k.data(), v.data(), n);
+  std::vector<float> k8(k.size()), v8(v.size());
+  int8.dequantize(0, false, 0, n, k8.data());
+  int8.dequantize(0, true, 0, n, v8.data());
+  for (Isa isa : ktest::all_isas()) {
+    IsaRestore restore;
+    set_isa(isa);
+    CodebookKvStore store(*m, n, scheme);
+    const AttnShape s{c.num_heads, c.num_kv_heads, c.head_dim, 0};
+    std::vector<float> got(q.size(), NAN);
+    store.write(0, 0, k.data(), v.data(), n0);  // a prefill chunk (the fp32 path), then one decode step (fused)
+    store.attention(0, s, q.data(), KvSegment{}, 0, n0, got.data());
+    store.write(0, n0, k.data() + n0 * KV, v.data() + n0 * KV, 1);
+    store.attention(0, s, q.data() + n0 * H * D, KvSegment{}, n0, 1, got.data() + n0 * H * D);
+    std::vector<float> kc(k.size()), vc(v.size());
+    store.cache().dequantize(0, false, n, kc.data());
+    store.cache().dequantize(0, true, n, vc.data());
+    for (int64_t t = 0; t < n; ++t) {
+      std::vector<float> want(size_t(H * D));
+      auto pick = [&](bool value, int64_t j) -> const float* {
+        const bool recent = j > t - W;
+        return (value ? (recent ? v8 : vc) : (recent ? k8 : kc)).data() + j * KV;
+      };
+      sinkq::ref::attention_over(s, q.data() + t * H * D, 0, t, 1,
+                                 [&](bool value, int64_t j, int g, int d) -> double {
+                                   const float* row = pick(value, j) + g * D;
+                                   if (value) return row[d];
+                                   float cs[64];  // RoPE of position j in double over the fp32 row
+                                   rope_cos_sin(m->rope(), int32_t(j), cs);
+                                   const int64_t h = D / 2, i = d % h;
+                                   return d < h ? double(row[d]) * cs[i] - double(row[d + h]) * cs[h + i]
+                                                : double(row[d]) * cs[i] + double(row[d - h]) * cs[h + i];
+                                 },
+                                 want.data());
+      double mx = 0, diff = 0;
+      for (int64_t e = 0; e < H * D; ++e) {
+        mx = std::max(mx, std::fabs(double(want[size_t(e)])));
+        diff = std::max(diff, std::fabs(double(got[size_t(t * H * D + e)]) - want[size_t(e)]));
+      }
+      // fp32 attention over ≤ 18 rows of head_dim 8 against double: a few γ_20 ≈ 1.2e-6 of the
+      // largest output; 2e-5 leaves a margin for the RoPE rounding of the keys.
+      EXPECT_LE(diff, 2e-5 * mx) << isa_name(isa) << " t=" << t;
+    }
+  }
+}
+
+TEST(CodebookKvStore, RecentWindowErrors) {
+  quant::Recipe c = kvq(3, quant::KvCodebook::Nf, 0.0);
+  c.kv.recent = 4;
+  const quant::SimModel sm = quant::build_sim(testing::stories260k(), c, samples(2, 32));
+  Forward f(sm.model, 16);
+  EXPECT_NE(testing::error_of([&] { sm.attach(f); }).find("--kv-recent"), std::string::npos);  // not as hooks
+  quant::Recipe bad = c;
+  bad.kv.recent_bits = 4;
+  EXPECT_NE(testing::error_of([&] { bad.validate(); }).find("--kv-recent-bits"), std::string::npos);
+  quant::Recipe nocb;
+  nocb.kv.bits = 4;
+  nocb.kv.recent = 8;
+  EXPECT_NE(testing::error_of([&] { nocb.validate(); }).find("--kv-recent"), std::string::npos);
 }
 
 TEST(CodebookKvStore, RefusesAnIntegerRecipe) {

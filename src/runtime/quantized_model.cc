@@ -292,9 +292,10 @@ std::string QuantizedModel::describe() const {
   if (cfg.rotate.on) s += fmt::format(" | rotate seed={}", cfg.rotate.seed);
   if (kv) s += " | " + kv->describe();
   if (kv_codebook)
-    s += fmt::format(" | KV{} {} codebook keys {} values per {}{} (packed)", cfg.kv.bits,
+    s += fmt::format(" | KV{} {} codebook keys {} values per {}{}{} (packed)", cfg.kv.bits,
                      quant::kv_codebook_name(cfg.kv.codebook), cfg.kv.keys_name(), quant::kv_axis_name(cfg.kv.value_axis),
-                     cfg.kv.outliers > 0 ? fmt::format(" outliers {}%", 100 * cfg.kv.outliers) : "");
+                     cfg.kv.outliers > 0 ? fmt::format(" outliers {}%", 100 * cfg.kv.outliers) : "",
+                     kv_codebook->recent > 0 ? fmt::format(", recent {} rows int8", kv_codebook->recent) : "");
   if (prefix) s += fmt::format(" | prefix {} tokens", prefix->size());
   return s;
 }

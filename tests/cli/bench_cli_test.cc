@@ -129,3 +129,50 @@ TEST(BenchCli, FpDtypeOfThePackedLmHead) {
 
 }  // namespace
 }  // namespace sinkq
+
+namespace sinkq {
+namespace {
+
+// bench --kv-only: every storage runs (or is sized) at a tiny shape, its JSON has the fields, a
+// cache that cannot fit is reported with its figure and skipped, bad flags name the flag.
+TEST(BenchCli, KvOnly) {
+  const std::vector<std::string> base = {"bench", "--kv-only", "--random", "tiny", "--reps", "1", "--threads", "1",
+                                         "--bw-probe-mib", "16"};
+  const RunResult r = clitest::run(with(base, {"--ctx", "64,300", "--kv", "fp32,fp16,int8,int4,nuq4,nuq3-1pct,nuq2-1pct", "--json"}));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  const json& rs = j.at("results");
+  ASSERT_EQ(rs.size(), 14u);
+  for (const json& e : rs) {
+    const std::string s = e.at("storage");
+    EXPECT_EQ(e.at("timed").get<bool>(), s != "fp16") << e;
+    EXPECT_GT(e.at("bytes_per_token").get<double>(), 0) << e;
+    if (s != "fp16") {
+      EXPECT_GT(e.at("ms_per_token").get<double>(), 0) << e;
+    }
+  }
+  // Bytes per token shrink with the storage: fp32 > fp16 > int8 > nuq4 > nuq2-1%.
+  auto bpt = [&](const std::string& s) {
+    for (const json& e : rs)
+      if (e.at("storage") == s && e.at("ctx") == 300) return e.at("bytes_per_token").get<double>();
+    return 0.0;
+  };
+  EXPECT_GT(bpt("fp32"), bpt("fp16"));
+  EXPECT_GT(bpt("fp16"), bpt("int8"));
+  EXPECT_GT(bpt("int8"), bpt("nuq4"));
+  EXPECT_GT(bpt("nuq4"), bpt("nuq2-1pct"));
+  EXPECT_NE(r.err.find("bench --kv-only: nuq4, ctx 300: filling"), std::string::npos) << "progress on stderr";
+  // A context beyond memory: reported with what it would need, not allocated.
+  const RunResult big = clitest::run(with(base, {"--ctx", "2000000000", "--kv", "fp32", "--json"}));
+  ASSERT_EQ(big.rc, 0) << big.err;
+  const json b = json::parse(big.out).at("results").at(0);
+  EXPECT_FALSE(b.at("timed").get<bool>());
+  EXPECT_NE(b.at("skipped").get<std::string>().find("MemAvailable"), std::string::npos) << b;
+  expect_error(clitest::run(with(base, {"--kv", "nuq5"})), {"--kv", "nuq5"});
+  expect_error(clitest::run(with(base, {"--ctx", "12x"})), {"--ctx", "12x"});
+  expect_error(clitest::run(with(base, {"--ctx", "0"})), {"--ctx", "'0'"});
+  expect_error(clitest::run(with(base, {"--quant", "w4a8"})), {"--kv-only", "--quant"});
+}
+
+}  // namespace
+}  // namespace sinkq

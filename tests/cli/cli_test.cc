@@ -186,6 +186,12 @@ TEST(CliErrors, BadQuantFlags) {
   expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-keys", "channel"}), {"--kv-keys", "'channel'"});
   expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-quant", "static"}), {"--kv-quant", "--kv-codebook"});
   expect_error(ppl({"--kv-bits", "3", "--kv-codebook", "fisher"}), {"--kv-codebook fisher", "--calib"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-recent", "16"}), {"--kv-recent", "--kv-codebook"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-keys", "pre_rope_token", "--kv-recent", "16",
+                    "--kv-recent-bits", "4"}),
+               {"--kv-recent-bits 4", "int8"});
+  expect_error(ppl({"--kv-bits", "4", "--kv-codebook", "nf", "--kv-keys", "pre_rope_token", "--kv-recent", "-2"}),
+               {"--kv-recent", "[0, 2^20]"});
 }
 
 }  // namespace

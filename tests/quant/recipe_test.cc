@@ -75,6 +75,9 @@ TEST(Recipe, JsonReadsBackToItself) {
   on.bits = 4;
   rules_on_fp.weight_rules = {on};
   all.emplace_back("rules on fp16", rules_on_fp);
+  Recipe recent = Recipe::from_preset("kvquant-2bit-1pct");
+  recent.kv.recent = 64;
+  all.emplace_back("kvquant recent window", recent);
   for (const auto& [name, r] : all) {
     SCOPED_TRACE(name);
     const json j = r.to_json();

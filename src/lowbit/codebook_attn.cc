@@ -1,18 +1,13 @@
-// sinkq/lowbit/codebook_attn.cc — attention over a codebook KV body (codebook_kv.h): the driver
-// (threads, the fp32 prefix segment, softmax), the scalar CbTable and the double oracle.
-//
-// The driver is attention_packed's (kv_kernels.cc) with the CbTable in place of the KvTable:
-// work items (token t, kv head g) with the group's query heads together; the prefix scores /
-// weighted sums and the softmax are the fp32 kernels of the same ISA.
-#include <omp.h>
-
+// sinkq/lowbit/codebook_attn.cc — attention over a codebook KV body (codebook_kv.h):
+// attention_codebook (lowbit/attn_driver.h's driver, attention_packed's too, over the CbTables),
+// the scalar CbTable and the double oracle.
 #include <algorithm>
 #include <cmath>
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "kernels/kernel_table.h"
 #include "kernels/ref_attention.h"
+#include "lowbit/attn_driver.h"
 #include "lowbit/codebook_kv.h"
 #include "lowbit/kv_kernels.h"
 
@@ -109,72 +104,27 @@ void check_call(const AttnShape& s, const KvSegment& prefix, const CodebookKvCac
               "codebook KV attention: rows [0, {}) with {} written", n_past + T, c.rows_written(layer));
 }
 
-int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
-
 }  // namespace
 
 void attention_codebook(const AttnShape& s, const float* q, const float* q_body, const KvSegment& prefix,
                         const CodebookKvCache& c, int layer, int64_t n_past, int64_t T, const float* cs, float* out) {
   check_call(s, prefix, c, layer, n_past, T);
-  if (!q_body) q_body = q;
-  const Isa isa = active_isa();
-  const sinkq::detail::KernelTable& k = sinkq::detail::kernels_for(isa);
-  const detail::CbTable& cb = detail::cb_table_for(isa);
-  const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t P = prefix.rows;
-  const int64_t ldkv = int64_t(s.n_kv_heads) * D;
-  const float scale = float(1.0 / std::sqrt(double(D)));
+  const detail::CbTable& cb = detail::cb_table_for(active_isa());
+  const int D = s.head_dim;
   std::vector<CbRows> kr(size_t(s.n_kv_heads)), vr(size_t(s.n_kv_heads));
   for (int g = 0; g < s.n_kv_heads; ++g) {
     kr[size_t(g)] = c.rows(layer, false, g, D);
     vr[size_t(g)] = c.rows(layer, true, g, D);
   }
-  const int64_t pairs = T * s.n_kv_heads;
-  const int64_t max_keys = P + n_past + T;
-  const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
-  const int64_t ldq = (D + 15) / 16 * 16;
-  const int nt = threads_for(double(pairs) * double(keys) * D * (6.0 + 2.0 * group) / 15.0);
-  const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 8));
-#pragma omp parallel num_threads(nt)
-  {
-    static thread_local std::vector<float> sc, acc, qpad, inv;
-    if (sc.size() < size_t(group * keys)) sc.resize(size_t(group * keys));
-    if (acc.size() < size_t(group * D)) acc.resize(size_t(group * D));
-    if (qpad.size() < size_t(group * ldq)) qpad.resize(size_t(group * ldq));
-    if (inv.size() < size_t(group)) inv.resize(size_t(group));
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t p = 0; p < pairs; ++p) {
-      const int64_t t = p / s.n_kv_heads;
-      const int g = int(p % s.n_kv_heads);
-      const int64_t hi = P + n_past + t;
-      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
-      const int64_t np = std::max<int64_t>(0, P - lo);
-      const int64_t blo = std::max<int64_t>(0, lo - P);
-      const int64_t nb = hi - P - blo + 1;
-      const int64_t n = np + nb;
-      const float* q0 = q + (t * H + int64_t(g) * group) * D;
-      const float* qb = q_body + (t * H + int64_t(g) * group) * D;
-      float* o0 = out + (t * H + int64_t(g) * group) * D;
-      for (int i = 0; i < group; ++i) {
-        std::copy(qb + i * D, qb + (i + 1) * D, qpad.data() + i * ldq);
-        std::fill(qpad.data() + i * ldq + D, qpad.data() + (i + 1) * ldq, 0.0f);
-        if (np > 0) k.scores(q0 + i * D, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data() + i * n);
-      }
-      cb.scores(qpad.data(), ldq, group, kr[size_t(g)].from(blo), nb, D, cs ? cs + blo * D : nullptr, scale,
-                sc.data() + np, n);
-      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
-      if (np == 0) {
-        cb.weighted_sum(sc.data(), n, group, vr[size_t(g)].from(blo), nb, D, inv.data(), o0);
-        continue;
-      }
-      cb.weighted_sum(sc.data() + np, n, group, vr[size_t(g)].from(blo), nb, D, inv.data(), acc.data());
-      for (int i = 0; i < group; ++i) {
-        float* o = o0 + i * D;
-        k.weighted_sum(sc.data() + i * n, prefix.v + lo * ldkv + int64_t(g) * D, ldkv, np, D, inv[size_t(i)], o);
-        for (int d = 0; d < D; ++d) o[d] += acc[size_t(i * D + d)];
-      }
-    }
-  }
+  detail::attention_driver(
+      s, q, q_body ? q_body : q, prefix, n_past, T, /*flops_per_key=*/6.0,
+      [&](int g, int64_t blo, int64_t nb, const float* qp, int64_t ldq, int G, float scale, float* sc, int64_t lds) {
+        cb.scores(qp, ldq, G, kr[size_t(g)].from(blo), nb, D, cs ? cs + blo * D : nullptr, scale, sc, lds);
+      },
+      [&](int g, int64_t blo, int64_t nb, float* p, int64_t ldp, int G, const float* alpha, float* o) {
+        cb.weighted_sum(p, ldp, G, vr[size_t(g)].from(blo), nb, D, alpha, o);
+      },
+      out);
 }
 
 namespace ref {

@@ -1,20 +1,16 @@
-// sinkq/lowbit/kv_kernels.cc — PackedKvCache (store through the one quantizer, dequantize), the
-// attention driver (threads, the fp32 prefix segment, softmax) and the double oracle.
+// sinkq/lowbit/kv_kernels.cc — PackedKvCache (store through the one quantizer, dequantize),
+// attention_packed (lowbit/attn_driver.h's driver over the KvTables) and the double oracle.
 //
 // The per-ISA serial loops over the quantized body are the KvTables (kv_scalar.cc, kv_avx2.cc,
-// kv_avx512.cc); the prefix scores / weighted sums and the softmax are the fp32 kernels of the
-// same ISA (kernels/kernel_table.h), so the prefix segment is computed exactly as the fp32
-// attention of kernels/ops.h computes it.
+// kv_avx512.cc); the prefix segment and the softmax are the driver's fp32 kernels.
 #include "lowbit/kv_kernels.h"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/kernel_table.h"
 #include "kernels/ref_attention.h"
+#include "lowbit/attn_driver.h"
 
 namespace sinkq::lowbit {
 
@@ -212,74 +208,27 @@ void check_call(const AttnShape& s, const KvSegment& prefix, const PackedKvCache
               "packed KV attention: rows [0, {}) outside the capacity of {}", n_past + T, c.capacity());
 }
 
-int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
-
 }  // namespace
 
 void attention_packed(const AttnShape& s, const float* q, const KvSegment& prefix, const PackedKvCache& c,
                       int layer, int64_t n_past, int64_t T, float* out) {
   check_call(s, prefix, c, layer, n_past, T);
-  const Isa isa = active_isa();
-  const sinkq::detail::KernelTable& k = sinkq::detail::kernels_for(isa);
-  const detail::KvTable& kv = detail::kv_table_for(isa);
-  const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
-  const int64_t P = prefix.rows;
-  const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // prefix row stride (floats)
-  const float scale = float(1.0 / std::sqrt(double(D)));
+  const detail::KvTable& kv = detail::kv_table_for(active_isa());
+  const int D = s.head_dim;
   std::vector<KvRows> kr(size_t(s.n_kv_heads)), vr(size_t(s.n_kv_heads));
   for (int g = 0; g < s.n_kv_heads; ++g) {
     kr[size_t(g)] = c.rows(layer, false, g);
     vr[size_t(g)] = c.rows(layer, true, g);
   }
-  // Work items: (token t, kv head g) with its `group` query heads, so that every body row is
-  // decoded once per group; each head's scores, softmax and sums are still its own.
-  const int64_t pairs = T * s.n_kv_heads;
-  const int64_t max_keys = P + n_past + T;
-  const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
-  const int64_t ldq = (D + 15) / 16 * 16;  // padded q rows (KvTable)
-  const int nt = threads_for(double(pairs) * double(keys) * D * (4.0 + 2.0 * group) / 15.0);
-  const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 8));
-#pragma omp parallel num_threads(nt)
-  {
-    static thread_local std::vector<float> sc;    // scores of the group's heads: [group, keys]
-    static thread_local std::vector<float> acc;   // the body segment's weighted sums: [group, D]
-    static thread_local std::vector<float> qpad;  // the group's q rows, zero-padded: [group, ldq]
-    static thread_local std::vector<float> inv;   // 1 / softmax sum per head: [group]
-    if (sc.size() < size_t(group * keys)) sc.resize(size_t(group * keys));
-    if (acc.size() < size_t(group * D)) acc.resize(size_t(group * D));
-    if (qpad.size() < size_t(group * ldq)) qpad.resize(size_t(group * ldq));
-    if (inv.size() < size_t(group)) inv.resize(size_t(group));
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t p = 0; p < pairs; ++p) {
-      const int64_t t = p / s.n_kv_heads;
-      const int g = int(p % s.n_kv_heads);
-      const int64_t hi = P + n_past + t;  // absolute position of this query
-      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
-      const int64_t np = std::max<int64_t>(0, P - lo);  // visible prefix rows [lo, P)
-      const int64_t blo = std::max<int64_t>(0, lo - P);  // visible body rows [blo, hi - P]
-      const int64_t nb = hi - P - blo + 1;
-      const int64_t n = np + nb;
-      const float* q0 = q + (t * H + int64_t(g) * group) * D;  // the group's heads, [group, D]
-      float* o0 = out + (t * H + int64_t(g) * group) * D;
-      for (int i = 0; i < group; ++i) {
-        std::copy(q0 + i * D, q0 + (i + 1) * D, qpad.data() + i * ldq);
-        std::fill(qpad.data() + i * ldq + D, qpad.data() + (i + 1) * ldq, 0.0f);
-        if (np > 0) k.scores(q0 + i * D, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data() + i * n);
-      }
-      kv.scores(qpad.data(), ldq, group, from(kr[size_t(g)], blo), nb, D, scale, sc.data() + np, n);
-      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
-      if (np == 0) {
-        kv.weighted_sum(sc.data(), n, group, from(vr[size_t(g)], blo), nb, D, inv.data(), o0);
-        continue;
-      }
-      kv.weighted_sum(sc.data() + np, n, group, from(vr[size_t(g)], blo), nb, D, inv.data(), acc.data());
-      for (int i = 0; i < group; ++i) {
-        float* o = o0 + i * D;
-        k.weighted_sum(sc.data() + i * n, prefix.v + lo * ldkv + int64_t(g) * D, ldkv, np, D, inv[size_t(i)], o);
-        for (int d = 0; d < D; ++d) o[d] += acc[size_t(i * D + d)];
-      }
-    }
-  }
+  detail::attention_driver(
+      s, q, q, prefix, n_past, T, /*flops_per_key=*/4.0,
+      [&](int g, int64_t blo, int64_t nb, const float* qp, int64_t ldq, int G, float scale, float* sc, int64_t lds) {
+        kv.scores(qp, ldq, G, from(kr[size_t(g)], blo), nb, D, scale, sc, lds);
+      },
+      [&](int g, int64_t blo, int64_t nb, float* p, int64_t ldp, int G, const float* alpha, float* o) {
+        kv.weighted_sum(p, ldp, G, from(vr[size_t(g)], blo), nb, D, alpha, o);
+      },
+      out);
 }
 
 namespace ref {

@@ -15,6 +15,7 @@
 #include "kernels/kernel_test_util.h"
 #include "kernels/ops.h"
 #include "lowbit/codebook_kv.h"
+#include "lowbit/kv_testutil.h"
 
 namespace sinkq::lowbit {
 namespace {
@@ -40,19 +41,7 @@ struct Scene {
   const float* q_body() const { return qb.empty() ? nullptr : qb.data(); }
 };
 
-// K-like rows: normal values with a few large channels and a per-head shift.
-std::vector<float> kv_rows(std::mt19937_64& rng, int64_t n, int kv_heads, int D) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(size_t(n * kv_heads * D));
-  for (int64_t i = 0; i < n; ++i)
-    for (int h = 0; h < kv_heads; ++h)
-      for (int j = 0; j < D; ++j) {
-        float x = d(rng) + 0.7f * float(h);
-        if (j % 7 == 3) x *= 6.0f;
-        v[size_t((i * kv_heads + h) * D + j)] = x;
-      }
-  return v;
-}
+constexpr auto kv_rows = kvtest::kv_data;
 
 // A learned-looking codebook: 2^bits sorted levels in [-1, 1] (uneven spacing).
 std::vector<float> levels(std::mt19937_64& rng, int bits) {

@@ -16,6 +16,7 @@
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kv_kernels.h"
+#include "lowbit/kv_testutil.h"
 #include "util/testutil.h"
 
 namespace sinkq::lowbit {
@@ -40,20 +41,7 @@ std::vector<Isa> all_isas() {
   return v;
 }
 
-// Rows [n, cols] of normal values with outlier channels (a K-like feature: a few large columns),
-// shifted per head so that asymmetric zero points are not all mid-range.
-std::vector<float> kv_data(std::mt19937_64& rng, int64_t n, int kv_heads, int D) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(size_t(n * kv_heads * D));
-  for (int64_t i = 0; i < n; ++i)
-    for (int h = 0; h < kv_heads; ++h)
-      for (int j = 0; j < D; ++j) {
-        float x = d(rng) + 0.7f * float(h);
-        if (j % 7 == 3) x *= 6.0f;
-        v[size_t((i * kv_heads + h) * D + j)] = x;
-      }
-  return v;
-}
+using kvtest::kv_data;
 
 TEST(KvFormats, TableAndLookup) {
   int i = 0;

@@ -30,13 +30,16 @@
 //           then dotted with the G query rows.
 //   softmax the fp32 exp_shift_sum of kernels/ops.h over [prefix; body] (same ISA).
 //   out     Σ_j p_j·x̂_j chunk-outer in blocks of rows (a block's codes stay in L1 for the D/W
-//           column passes), with every row's codes decoded as above and its outliers added as a
-//           sparse correction p_j·(v − x̂_j) afterwards (an outlier's stored index is 0).
+//           column passes), the codes decoded through the level table as above, the outliers
+//           added as a sparse correction p_j·(v − x̂_j(0)) afterwards (an outlier's stored index
+//           is 0).
 // Differences from fp32 attention over the dequantized cache (what the simulator computes): the
 // summation order, the RoPE rounding of the decoded keys, and R3 when the model is rotated (the
 // caller un-rotates q once: q·H(k) = H(q)·k for the orthonormal symmetric H); tests/lowbit/
-// codebook_attn_test.cc states the bound. Paths: scalar, AVX2, AVX-512 (active_isa()). bytes() counts what is held: codes and ranges for the capacity, outliers as
-// stored (their count depends on the data for channel vectors).
+// codebook_attn_test.cc states the bound. Paths: scalar, AVX2, AVX-512 (active_isa()).
+//
+// bytes() counts what is held: codes and ranges for the capacity, outliers as stored (their count
+// depends on the data for channel vectors), the level tables, channel scales and the kernels' slack.
 #pragma once
 
 #include <cstdint>
@@ -138,8 +141,9 @@ inline uint32_t cb_code(const uint8_t* row, int64_t index, int bits) {
   const uint32_t w = uint32_t(row[bit >> 3]) | uint32_t(row[(bit >> 3) + 1]) << 8;
   return w >> (bit & 7) & ((1u << bits) - 1u);
 }
-// The per-ISA serial kernels over the body of one kv head (cb_scalar.cc, cb_avx2.cc,
-// cb_avx512.cc). q: [G, ldq], ldq >= D a multiple of 16, zero-padded past D.
+// The per-ISA serial kernels over the body of one kv head (scalar: codebook_attn.cc; AVX2 /
+// AVX-512: cb_simd.inc in kv_avx2.cc / kv_avx512.cc). q: [G, ldq], ldq >= D a multiple of 16,
+// zero-padded past D.
 struct CbTable {
   // s[i·lds + j] = scale · Σ_d q[i·ldq + d]·k_jd for heads i < G and rows j < n, k_j = row j
   // decoded (outliers patched) and, with cs, rotated by the cos | sin row at cs + j·D.

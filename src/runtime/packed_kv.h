@@ -86,9 +86,9 @@ class PackedKvStore final : public KvStore {
 // the simulator's k-site hook does, and run the fp32 attention kernel: the simulator's logits bit
 // for bit, for one layer's fp32 scratch.
 //
-// With a recent window (scheme.recent = W > 0, recipe kv.recent): every row is also held as int8
-// (per token and KV head, symmetric: lowbit kv8_per_head, the one int quantizer) in a ring of W
-// rows per layer, and a query at body position t attends rows t−W+1..t in int8 and older rows in
+// With a recent window (scheme.recent = W > 0, recipe kv.recent): the W most recent rows are also
+// held as int8 (per token and KV head, symmetric: lowbit kv8_per_head, the one int quantizer) in a
+// ring of W rows per layer, and a query at body position t attends rows t−W+1..t in int8 and older rows in
 // the codebook — per query, in prefill chunks too (the int8 rows of a chunk are kept beside it for
 // its attention). Within a softmax the order of the rows does not matter, so the recent rows join
 // the fp32 prefix segment (RoPE and R3 applied as to the prefix keys); a sliding-window model is

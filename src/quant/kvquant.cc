@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "core/mmap.h"
@@ -144,6 +145,18 @@ KvCodec make_codec(const KvSim& kv, KvAxis axis, const std::vector<float>& x, co
          {"error_uniform", round4(codebook_error(uniform, pts))},
          {"error_weighted_by", weighted ? "fisher" : "none"},
          {"calibration_outlier_fraction", round4(1.0 - double(pts.size()) / double(x.size()))}};
+  if (weighted) {
+    // The Fisher summary: its mean per element and the share of its mass on the top 1% of
+    // elements (how concentrated the sensitivity the levels were weighted by is).
+    std::vector<float> f = *fisher;
+    double total = 0;
+    for (float v : f) total += v;
+    const size_t top = std::max<size_t>(1, f.size() / 100);
+    std::nth_element(f.begin(), f.begin() + ptrdiff_t(top), f.end(), std::greater<float>());
+    double top_mass = 0;
+    for (size_t i = 0; i < top; ++i) top_mass += f[i];
+    rep["fisher"] = {{"mean", total / double(f.size())}, {"top_1pct_mass_share", round4(total > 0 ? top_mass / total : 0.0)}};
+  }
   return c;
 }
 

@@ -187,6 +187,11 @@ TEST(KvQuant, FisherWeightsChangeTheLevels) {
   for (size_t l = 0; l < f.kvq.size(); ++l) differ += f.kvq[l].k.levels != k.kvq[l].k.levels;
   EXPECT_GT(differ, 0);
   EXPECT_EQ(f.calibration_report["kv_codebooks"]["layers"][0]["k"]["error_weighted_by"], "fisher");
+  // The Fisher summary: a positive mean, and the top 1% of elements hold at least 1% of the mass.
+  const nlohmann::json& fs = f.calibration_report["kv_codebooks"]["layers"][0]["k"]["fisher"];
+  EXPECT_GT(fs.at("mean").get<double>(), 0.0);
+  EXPECT_GE(fs.at("top_1pct_mass_share").get<double>(), 0.01);
+  EXPECT_LE(fs.at("top_1pct_mass_share").get<double>(), 1.0);
 }
 
 TEST(KvQuant, FirstTokenBehindTheFpPrefixIsNotCalibrated) {

@@ -84,15 +84,13 @@ nuq::Codec codec(int bits, double p, bool channel, const std::vector<float>& blo
 
 // Calls store(layer, row0, k, v, T) to fill ctx rows of every layer, the layers in parallel.
 template <class Store>
-double fill(int layers, int64_t ctx, const std::vector<float>& k, const std::vector<float>& v, int64_t kv_dim,
-            Store&& store) {
+double fill(int layers, int64_t ctx, const std::vector<float>& k, const std::vector<float>& v, Store&& store) {
   const auto t0 = Clock::now();
 #pragma omp parallel for schedule(dynamic, 1) num_threads(num_threads())
   for (int l = 0; l < layers; ++l)
     for (int64_t r = 0; r < ctx; r += kBlock) {
       const int64_t T = std::min(kBlock, ctx - r);
       store(l, r, k.data(), v.data(), T);
-      (void)kv_dim;
     }
   return secs(t0, Clock::now());
 }
@@ -174,7 +172,7 @@ KvOnlyResult run_kv_only(const ModelConfig& c, const KvOnlyStorage& s, int64_t c
     case K::Fp32: {
       std::vector<std::vector<float>> k(static_cast<size_t>(L)), v(static_cast<size_t>(L));
       for (int l = 0; l < L; ++l) k[size_t(l)].resize(size_t(ctx * KV)), v[size_t(l)].resize(size_t(ctx * KV));
-      r.fill_s = fill(L, ctx, kb, vb, KV, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
+      r.fill_s = fill(L, ctx, kb, vb, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
         std::copy(kk, kk + T * KV, k[size_t(l)].data() + r0 * KV);
         std::copy(vv, vv + T * KV, v[size_t(l)].data() + r0 * KV);
       });
@@ -188,7 +186,7 @@ KvOnlyResult run_kv_only(const ModelConfig& c, const KvOnlyStorage& s, int64_t c
     case K::Int: {
       const lowbit::PackedFormat f = s.bits == 8 ? lowbit::PackedFormat::KV8_PerHead : lowbit::PackedFormat::KV4_PerHead;
       lowbit::PackedKvCache cache(f, L, Hkv, D, ctx);
-      r.fill_s = fill(L, ctx, kb, vb, KV, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
+      r.fill_s = fill(L, ctx, kb, vb, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
         cache.store(l, r0, kk, vv, T);
       });
       std::fprintf(stderr, "bench --kv-only: %s, ctx %lld: timing\n", s.name.c_str(), (long long)ctx);
@@ -201,7 +199,7 @@ KvOnlyResult run_kv_only(const ModelConfig& c, const KvOnlyStorage& s, int64_t c
     }
     case K::Codebook: {
       lowbit::CodebookKvCache cache(L, KV, ctx, ck, cv);
-      r.fill_s = fill(L, ctx, kb, vb, KV, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
+      r.fill_s = fill(L, ctx, kb, vb, [&](int l, int64_t r0, const float* kk, const float* vv, int64_t T) {
         cache.store(l, r0, kk, vv, T);
       });
       const RopeTable rope = RopeTable::make(c.rope());

@@ -64,12 +64,14 @@ void expect_packed_equals_sim(const quant::Recipe& cfg) {
     EXPECT_TRUE(bit_equal(a0, b0)) << cfg.describe() << " max rel diff " << testing::rel_diff(a0, b0);
     // Decode steps (the fused kernels) differ from the fp32 attention by summation order: a
     // relative 1e-6 per attention output (tests/lowbit/codebook_attn_test.cc's bound at these
-    // sizes), carried through 5 layers without a code flip at this seed; 1e-4 of the largest logit
-    // leaves 100x margin and is far below one level flip (~1e-2).
+    // sizes), which at 2-4 bits can move a value across a decision boundary of a later layer's
+    // code: one such flip moves these logits by up to ~1e-4 of the largest (measured here 0 to
+    // 6e-7; 5e-5 in the window test). 1e-3 keeps that margin and stays far below a wrong decode
+    // (the R3 bug this caught moved them by 0.69).
     const double d = testing::rel_diff(a, b);
     std::printf("  %s on %s: decode steps' max|dlogit|/max|logit| %.3g\n", cfg.describe().c_str(),
                 std::string(isa_name(isa)).c_str(), d);
-    EXPECT_LE(d, 1e-4) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_LE(d, 1e-3) << cfg.describe() << " " << isa_name(isa);
     // A second sequence in the same store (rows rewritten from 0), prefill only.
     EXPECT_TRUE(bit_equal(run(fs, testing::prompt(30, 3), 30), run(fp, testing::prompt(30, 3), 30)));
   }

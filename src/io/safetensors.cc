@@ -199,6 +199,21 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, 
       fail("{}: tensors '{}' [{}, {}) and '{}' [{}, {}) overlap", path, f->tensors_[p.idx].name,
            p.begin, p.end, f->tensors_[c.idx].name, c.begin, c.end);
   }
+  // The tensors tile the data section: no hole, and the last ends where the file ends (the
+  // safetensors format's rule). A header length off by a few bytes still parses (the header ends in
+  // padding spaces) but shifts every tensor; bytes appended to the file are no tensor's either.
+  uint64_t covered = 0;
+  for (const Span& sp : spans) {
+    if (sp.begin > covered)
+      fail("{}: bytes [{}, {}) of the data section belong to no tensor (before '{}'): the header length or the "
+           "data_offsets are wrong",
+           path, covered, sp.begin, f->tensors_[sp.idx].name);
+    covered = std::max(covered, sp.end);
+  }
+  if (covered != data_size)
+    fail("{}: the tensors end at byte {} of the data section but it has {} bytes ({}): the header length ({}) or "
+         "the file size is wrong",
+         path, covered, data_size, covered < data_size ? "trailing bytes" : "missing bytes", n);
   return f;
 }
 

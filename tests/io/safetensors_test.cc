@@ -216,11 +216,31 @@ TEST_F(Malformed, OverlappingTensors) {
   EXPECT_THAT(entry_error(R"("a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                              "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]})"),
               AllOf(HasSubstr(path_), HasSubstr("'a'"), HasSubstr("'b'"), HasSubstr("overlap")));
-  // Empty tensors at a boundary and gaps are fine.
+  // Empty tensors at a boundary are fine.
   write_file_atomic(path_, raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
       "e": {"dtype": "F16", "shape": [0], "data_offsets": [8, 8]},
-      "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}})", std::string(32, '\0')));
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})", std::string(16, '\0')));
   EXPECT_EQ(SafetensorsFile::open(path_)->tensors().size(), 3u);
+}
+
+// The tensors must tile the data section (the format's rule): a gap, trailing bytes, or a header
+// length a byte short (it still parses — the header ends in spaces — but shifts every tensor) are
+// errors naming the bytes, where they used to load shifted weights (nan ppl, exit 0).
+TEST_F(Malformed, TensorsMustTileTheDataSection) {
+  const std::string two = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+      "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}})";
+  EXPECT_THAT(open_error(raw_safetensors(two, std::string(24, '\0'))),
+              AllOf(HasSubstr(path_), HasSubstr("bytes [8, 16)"), HasSubstr("no tensor"), HasSubstr("'b'")));
+  const std::string one = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})";
+  EXPECT_THAT(open_error(raw_safetensors(one, std::string(8 + 100, '\0'))),
+              AllOf(HasSubstr(path_), HasSubstr("trailing bytes"), HasSubstr("108 bytes")));
+  // A valid file, then its header length lowered by one.
+  std::string file = raw_safetensors(one + "    ", std::string(8, '\0'));
+  uint64_t n = 0;
+  std::memcpy(&n, file.data(), 8);
+  --n;
+  std::memcpy(file.data(), &n, 8);
+  EXPECT_THAT(open_error(file), AllOf(HasSubstr(path_), HasSubstr("trailing bytes"), HasSubstr("header length")));
 }
 
 TEST_F(Malformed, DuplicateTensorName) {

@@ -238,18 +238,21 @@ TEST(Weights, TiedAndUntiedLmHead) {
 }
 
 TEST(Weights, MisalignedTensorsAreCopiedAligned) {
-  // A valid file whose tensors all start 2 bytes off a 4-byte boundary (a gap before the first).
+  // A valid file whose tensors all start 2 bytes off a 4-byte boundary: a header length of 4k + 2
+  // (padding spaces) puts the data section there (tensors tile it, as the format requires).
   TinyModelSpec s;
   s.layers = 1;
   const auto ts = sinkq::testing::tiny_model_tensors(s);
   json h = json::object();
-  std::string data(2, '\0');
+  std::string data;
   for (const auto& [n, t] : ts) {
     h[n] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
     data.append(reinterpret_cast<const char*>(t.bytes.data()), t.bytes.size());
   }
   TempDir d;
-  write_file_atomic(d.file("model.safetensors"), sinkq::testing::raw_safetensors(h.dump(), data));
+  std::string header = h.dump();
+  while (header.size() % 4 != 2) header += ' ';
+  write_file_atomic(d.file("model.safetensors"), sinkq::testing::raw_safetensors(header, data));
   write_file_atomic(d.file("config.json"), sinkq::testing::tiny_model_config(s).dump());
   ModelFiles mf = ModelFiles::load(d.path());
   expect_mat(mf.weights.layers[0].wq, ts, "model.layers.0.self_attn.q_proj.weight");

@@ -67,7 +67,7 @@ void register_analyze(CLI::App& app) {
                   "Calibration text (required): jsonl with a \"text\" field per line (C4) or plain text (WikiText-2)");
   cmd->add_option("--samples", o->samples, "Number of samples")->capture_default_str();
   cmd->add_option("--len", o->len, "Tokens per sample incl. [BOS] (default: min(512, max_position_embeddings))");
-  cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str()->check(decimal_u64());
   cmd->add_option("--eta", o->eta, "Outlier-token threshold: token max / median of its sequence at down_in > eta")
       ->capture_default_str();
   cmd->add_option("--bits", o->bits, "Bits of the quantization-kernel statistics (2..8)")->capture_default_str();

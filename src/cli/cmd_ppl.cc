@@ -44,11 +44,14 @@ void register_ppl(CLI::App& app) {
   add_model_flag(*cmd, *o);
   cmd->add_option("-f,--file", o->file, "Text file (UTF-8; CRLF is read as LF); tokenized once, whole")->required();
   cmd->add_option("--ctx", o->ctx,
-                  "Window length in tokens (default: min(2048, max_position_embeddings - prefix length))");
+                  "Window length in tokens (default: min(2048, max_position_embeddings - prefix length))")
+      ->check(decimal_in(2, INT32_MAX));
   cmd->add_option("--protocol", o->protocol,
                   "gptq: [BOS]+text cut into windows (the papers' protocol; default without a prefix); bos: every "
                   "window is BOS + ctx-1 text tokens; prefix: the KV prefix before every window (default with --prefix)");
-  cmd->add_option("--max-windows", o->max_windows, "Score at most K windows (0 = all)")->capture_default_str();
+  cmd->add_option("--max-windows", o->max_windows, "Score at most K windows (0 = all)")
+      ->capture_default_str()
+      ->check(decimal_in(0, INT32_MAX));
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   cmd->add_flag("--kld", o->kld,
                 "Also KL(p_fp || p_quant) of the next-token distributions (runs the fp model too, behind the fp prefix)");

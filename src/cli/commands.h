@@ -29,6 +29,11 @@ struct CommonFlags {
 };
 CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required = true);  // -m/--model DIR
 void add_output_flags(CLI::App& cmd, CommonFlags& f); // --json, --threads
+// A validator for integer flags: a plain decimal integer (digits, a leading '-' only when lo < 0)
+// in [lo, hi] — no hex, exponent, blank or overflowing value slips through as a default or a wrap.
+CLI::Validator decimal_in(int64_t lo, int64_t hi);
+// The same for unsigned 64-bit values (seeds): [0, 2^64 − 1].
+CLI::Validator decimal_u64();
 void apply_threads(const CommonFlags& f);
 
 // --calib FILE (required), --calib-samples N, --calib-len L, --calib-seed S: the calibration

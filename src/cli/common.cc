@@ -1,8 +1,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+
+#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -19,7 +23,34 @@ CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required) {
 void add_output_flags(CLI::App& cmd, CommonFlags& f) {
   cmd.add_flag("--json", f.json, "Print one JSON document on stdout instead of text");
   cmd.add_option("--threads", f.threads, "Worker threads (default: SINKQ_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(decimal_in(1, 1024));
+}
+
+namespace {
+
+// "" when s is a plain decimal integer that fits T and lies in [lo, hi]; else why not.
+template <class T>
+std::string decimal_error(const std::string& s, T lo, T hi) {
+  const bool neg_ok = lo < T(0);
+  bool plain = !s.empty();
+  for (size_t i = 0; i < s.size(); ++i)
+    plain &= (s[i] >= '0' && s[i] <= '9') || (i == 0 && s[i] == '-' && neg_ok && s.size() > 1);
+  T v{};
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (!plain || ec != std::errc() || end != s.data() + s.size() || v < lo || v > hi)
+    return fmt::format("'{}' is not an integer in [{}, {}]", s, lo, hi);
+  return "";
+}
+
+}  // namespace
+
+CLI::Validator decimal_in(int64_t lo, int64_t hi) {
+  return CLI::Validator([lo, hi](std::string& s) { return decimal_error<int64_t>(s, lo, hi); },
+                        fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator decimal_u64() {
+  return CLI::Validator([](std::string& s) { return decimal_error<uint64_t>(s, 0, UINT64_MAX); }, "UINT64");
 }
 
 void apply_threads(const CommonFlags& f) {

@@ -42,7 +42,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help / --version (exit code 0) print as CLI11 prints them; a flag that does not parse is an
+    // error like every other: "sinkq: error: ...", exit 1.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fflush(stdout);
+    std::fprintf(stderr, "sinkq: error: %s (see 'sinkq --help')\n", e.what());
+    return 1;
   } catch (const sinkq::Error& e) {
     std::fflush(stdout);
     std::fprintf(stderr, "sinkq: error: %s\n", e.what());

@@ -22,7 +22,11 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }
   cand_.resize(size_t(V));
-  for (int64_t i = 0; i < V; ++i) cand_[size_t(i)] = {logits[size_t(i)] / o_.temperature, int32_t(i)};
+  // (logit − max) / T: the largest is 0 and the others ≤ 0 for any T > 0 — a tiny T (1e-40) sends
+  // them to −inf (exp 0: greedy) instead of dividing the logits themselves to ±inf (inf − inf = nan).
+  const double top = double(*std::max_element(logits.begin(), logits.end()));
+  for (int64_t i = 0; i < V; ++i)
+    cand_[size_t(i)] = {float((double(logits[size_t(i)]) - top) / double(o_.temperature)), int32_t(i)};
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
   size_t n = cand_.size();
   if (o_.top_k > 0 && size_t(o_.top_k) < n) {

@@ -134,6 +134,28 @@ TEST(CliErrors, BadFlagValues) {
   const RunResult r = run({"frobnicate"});
   EXPECT_FALSE(r.crashed);
   EXPECT_NE(r.rc, 0);
+  // Flags that do not parse are errors like the others: "sinkq: error:", exit 1, the flag named
+  // (issue 18: CLI11's own exits 104-114 without the prefix; --ctx -1 / 0 / "" silently meaning
+  // the default, 0x40 meaning 64, a seed of 2^64 accepted, --threads -1 / 10000).
+  const std::string f = testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt";
+  const std::vector<std::string> ppl{"ppl", "-m", stories(), "-f", f};
+  auto with = [](std::vector<std::string> a, std::initializer_list<std::string> more) {
+    a.insert(a.end(), more);
+    return a;
+  };
+  for (const char* bad : {"-1", "0", "", "0x40", "abc", "1e3", "99999999999999999999"})
+    expect_error(run(with(ppl, {"--ctx", bad})), {"sinkq: error:", "--ctx"});
+  expect_error(run(with(ppl, {"--ctx"})), {"sinkq: error:", "--ctx"});          // missing value
+  expect_error(run(with(ppl, {"--frobnicate"})), {"sinkq: error:", "--frobnicate"});
+  expect_error(run(with(ppl, {"--threads", "-1"})), {"sinkq: error:", "--threads", "[1, 1024]"});
+  expect_error(run(with(ppl, {"--threads", "10000"})), {"sinkq: error:", "--threads", "[1, 1024]"});
+  expect_error(run({"tokenize", "-m", stories(), "-p", "x", "--threads", "10000"}), {"--threads", "[1, 1024]"});
+  expect_error(run({"generate", "-m", stories(), "-p", "x", "--seed", "18446744073709551616"}), {"--seed"});
+  expect_error(run({"generate", "-m", stories(), "-p", "x", "-n", "-3"}), {"-n"});
+  // --help still prints and exits 0.
+  const RunResult h = run({"ppl", "--help"});
+  EXPECT_EQ(h.rc, 0);
+  EXPECT_NE(h.out.find("--ctx"), std::string::npos);
 }
 
 TEST(Cli, PplQuantPresetJsonHasConfigAndKld) {

@@ -63,3 +63,20 @@ TEST(Sampler, InvalidOptionsNameTheFlag) {
 
 }  // namespace
 }  // namespace sinkq
+
+namespace sinkq {
+namespace {
+
+// A temperature far below the logit gaps is greedy (issue 18: 1e-40 divided the logits to ±inf
+// and sampled the last token), whatever the seed.
+TEST(Sampler, TinyTemperatureIsGreedy) {
+  const std::vector<float> logits = {0.5f, 3.0f, -2.0f, 2.9f, 3.0f - 1e-3f};
+  for (float t : {1e-40f, 1e-30f, 1e-6f})
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      Sampler s({t, 0, 1.0f, seed});
+      EXPECT_EQ(s.sample(logits), 1) << t << " " << seed;
+    }
+}
+
+}  // namespace
+}  // namespace sinkq

@@ -18,6 +18,10 @@ Sampler::Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) { validate(o); }
 
 int32_t Sampler::sample(std::span<const float> logits) {
   const int64_t V = int64_t(logits.size());
+  for (int64_t i = 0; i < V; ++i)
+    SINKQ_CHECK(std::isfinite(logits[size_t(i)]),
+                "the logit of token {} is {}: the model's weights are NaN / Inf or overflow (nothing to sample from)", i,
+                logits[size_t(i)]);
   if (o_.temperature == 0.0f) {
     return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   }

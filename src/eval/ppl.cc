@@ -117,6 +117,10 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
     const std::span<const float> logits = fwd.step(w, /*all_logits=*/true);
     double sum = 0;
     for (size_t p = 0; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
+    SINKQ_CHECK(std::isfinite(sum),
+                "window {}: the NLL is not finite ({}): the model's logits contain NaN or Inf (weights that are NaN / Inf "
+                "or overflow)",
+                r.windows + 1, sum);
     const int64_t n = int64_t(w.size()) - 1;
     if (reference) {
       // fwd's logits live in fwd's own buffer: valid while the reference runs.

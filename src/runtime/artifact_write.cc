@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cfloat>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -34,6 +37,27 @@ using lowbit::PackedTensor;
 using namespace schema;
 
 namespace {
+
+// OUT.tmp-PID directories of earlier runs that were killed before their rename (issue 18): removed
+// when their process is gone (kill(pid, 0) fails with ESRCH), so they do not pile up; a live
+// process's (another quantize writing the same OUT right now) is left alone.
+void remove_stale_temporaries(const fs::path& out) {
+  std::error_code ec;
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const std::string stem = out.filename().string() + ".tmp-";
+  for (const fs::directory_entry& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() <= stem.size() || name.compare(0, stem.size(), stem) != 0) continue;
+    const std::string digits = name.substr(stem.size());
+    if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) continue;
+    const pid_t pid = pid_t(std::stol(digits));
+    if (pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    std::error_code rm;
+    fs::remove_all(e.path(), rm);
+    if (!rm) std::fprintf(stderr, "quantize: removed %s, left by an interrupted run (pid %d)\n", e.path().c_str(), int(pid));
+  }
+}
+
 
 // Removes every "seconds" / "*_seconds" key (wall-clock times) so that the recipe is deterministic.
 void strip_times(json& j) {
@@ -234,6 +258,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
 
   // ---- files, into a temp directory, then one rename ----------------------------------------
   const fs::path tmp = fs::path(out.string() + fmt::format(".tmp-{}", ::getpid()));
+  remove_stale_temporaries(out);
   fs::remove_all(tmp, ec);
   fs::create_directory(tmp, ec);
   SINKQ_CHECK(!ec, "cannot create the temporary artifact directory '{}': {}", tmp.string(), ec.message());

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -34,6 +35,25 @@ struct ModelCopy {
   std::string path() const { return dir.path(); }
   std::string st() const { return dir.file("model.safetensors"); }
 };
+
+// A NaN weight (model.norm.weight[0]: every logit) is an error in ppl and generate, not "ppl nan"
+// with exit 0 (issue 18).
+TEST(CliErrors, NanWeightsAreAnError) {
+  ModelCopy m;
+  std::string st = read_file(m.st());
+  uint64_t n = 0;
+  std::memcpy(&n, st.data(), 8);
+  const json h = json::parse(st.substr(8, n));
+  const uint64_t off = h.at("model.norm.weight").at("data_offsets").at(0).get<uint64_t>();
+  ASSERT_EQ(h.at("model.norm.weight").at("dtype"), "F32");
+  const float nan = std::nanf("");
+  std::memcpy(st.data() + 8 + n + off, &nan, 4);
+  write_file_atomic(m.st(), st);
+  expect_error(run({"ppl", "-m", m.path(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
+                    "--ctx", "64", "--max-windows", "1"}),
+               {"window 1", "not finite", "NaN"});
+  expect_error(run({"generate", "-m", m.path(), "-p", "Once", "-n", "3"}), {"logit", "NaN"});
+}
 
 TEST(Cli, TokenizeJson) {
   const RunResult r = run({"tokenize", "-m", stories(), "--text", "Once upon a time", "--json"});

@@ -1,8 +1,10 @@
 // `sinkq quantize`: writes an artifact and says what it wrote (sizes, ratio to fp16); the same
 // inputs give byte-identical files; bad flags, unrunnable configurations and an existing output
 // fail with exit 1 and a message naming the cause, leaving no output behind.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <filesystem>
 #include <map>
@@ -103,6 +105,24 @@ TEST(CliQuantize, ByteIdenticalOnRerunAndForce) {
   ASSERT_EQ(quantize(tmp.file("a"), forced).rc, 0);
   EXPECT_TRUE(dir_bytes(tmp.file("a")) == a);
   EXPECT_EQ(count_entries(tmp.path()), 2u);
+}
+
+// A temporary directory left by a killed run (its pid gone: 99999999 is above any pid_max) is removed by the next quantize of the
+// same output; one of a live process is left alone (issue 18).
+TEST(CliQuantize, StaleTemporariesAreRemoved) {
+  testing::TempDir tmp;
+  const std::string out = tmp.file("art");
+  const std::string stale = out + ".tmp-99999999", live = out + fmt::format(".tmp-{}", ::getppid());
+  for (const std::string& d : {stale, live}) {
+    fs::create_directory(d);
+    write_file_atomic(d + "/model.safetensors", "partial");
+  }
+  const RunResult r = quantize(out, {"--preset", "w8a8"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_FALSE(fs::exists(stale));
+  EXPECT_NE(r.err.find("interrupted run"), std::string::npos) << r.err;
+  EXPECT_TRUE(fs::exists(live));  // its pid (this test's parent) is alive
+  EXPECT_TRUE(fs::exists(out + "/sinkq_recipe.json"));
 }
 
 TEST(CliQuantize, ErrorsLeaveNothing) {

@@ -121,6 +121,14 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
 
   w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
+  // Every layer needs 9 tensors (2 norms, 7 linears): a layer count the files cannot hold is refused
+  // before the per-layer structures are allocated (num_hidden_layers 1e9 asked for ~600 GB first).
+  size_t tensors = 0;
+  for (const auto& f : w.store.files()) tensors += f->tensors().size();
+  SINKQ_CHECK(int64_t(cfg.num_layers) * 9 <= int64_t(tensors),
+              "{}: config.json num_hidden_layers {} needs at least {} tensors, the weights hold {}: the config does "
+              "not match the weights",
+              dir, cfg.num_layers, int64_t(cfg.num_layers) * 9, tensors);
   w.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];

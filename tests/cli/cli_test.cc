@@ -55,6 +55,17 @@ TEST(CliErrors, NanWeightsAreAnError) {
   expect_error(run({"generate", "-m", m.path(), "-p", "Once", "-n", "3"}), {"logit", "NaN"});
 }
 
+// A layer count the weights cannot hold is refused by name before anything per layer is
+// allocated (issue 18: num_hidden_layers 1e9 ended in "out of memory").
+TEST(CliErrors, LayerCountBeyondTheWeights) {
+  ModelCopy m;
+  json c = json::parse(read_file(m.dir.file("config.json")));
+  c["num_hidden_layers"] = 1000000000;
+  write_file_atomic(m.dir.file("config.json"), c.dump());
+  expect_error(run({"ppl", "-m", m.path(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt"}),
+               {"num_hidden_layers 1000000000", "the weights hold", "does not match"});
+}
+
 TEST(Cli, TokenizeJson) {
   const RunResult r = run({"tokenize", "-m", stories(), "--text", "Once upon a time", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;

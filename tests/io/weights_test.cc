@@ -186,8 +186,14 @@ TEST(Weights, MissingTensor) {
   s.architecture = "Qwen2ForCausalLM";
   EXPECT_THAT(load_error(s, [](auto& ts) { ts.erase("model.layers.0.self_attn.k_proj.bias"); }),
               HasSubstr("missing tensor 'model.layers.0.self_attn.k_proj.bias'"));
-  TinyModelSpec more;  // config says 3 layers, files have 2
+  TinyModelSpec more;  // config says 3 layers, files have 2: refused before any layer is allocated
   EXPECT_THAT(load_error(more, [](auto&) {}, [](json& c) { c["num_hidden_layers"] = 3; }),
+              AllOf(HasSubstr("num_hidden_layers 3 needs at least 27 tensors"), HasSubstr("hold 21")));
+  // With enough tensors in the files (an extra one of layer 2), the first missing one is named.
+  EXPECT_THAT(load_error(more, [](auto& ts) {
+                ts["model.layers.2.mlp.down_proj.weight"] = ts.at("model.layers.1.mlp.down_proj.weight");
+                for (int k = 0; k < 6; ++k) ts[fmt::format("x.{}", k)] = ts.at("model.norm.weight");
+              }, [](json& c) { c["num_hidden_layers"] = 3; }),
               HasSubstr("missing tensor 'model.layers.2.input_layernorm.weight'"));
 }
 

@@ -34,7 +34,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <array>
 #include <chrono>
@@ -150,12 +149,7 @@ void run_kv_only_bench(const Opts& o) {
     size_t a = 0;
     while (a <= o.ctx_list.size()) {
       const size_t b = std::min(o.ctx_list.find(',', a), o.ctx_list.size());
-      const std::string item = o.ctx_list.substr(a, b - a);
-      int64_t v = 0;
-      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-      SINKQ_CHECK(ec == std::errc() && end == item.data() + item.size() && v >= 1 && v <= (int64_t(1) << 31) - 1,
-                  "--ctx: '{}' is not a context length in [1, 2^31) (in '{}')", item, o.ctx_list);
-      ctxs.push_back(v);
+      ctxs.push_back(parse_decimal(o.ctx_list.substr(a, b - a), 1, INT32_MAX, "--ctx"));
       a = b + 1;
     }
   }

@@ -34,6 +34,8 @@ void add_output_flags(CLI::App& cmd, CommonFlags& f); // --json, --threads
 CLI::Validator decimal_in(int64_t lo, int64_t hi);
 // The same for unsigned 64-bit values (seeds): [0, 2^64 − 1].
 CLI::Validator decimal_u64();
+// One item of a list flag, by the same rule: the value, or a sinkq::Error naming `flag`.
+int64_t parse_decimal(const std::string& s, int64_t lo, int64_t hi, const std::string& flag);
 void apply_threads(const CommonFlags& f);
 
 // --calib FILE (required), --calib-samples N, --calib-len L, --calib-seed S: the calibration

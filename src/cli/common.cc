@@ -49,6 +49,12 @@ CLI::Validator decimal_in(int64_t lo, int64_t hi) {
                         fmt::format("INT in [{}, {}]", lo, hi));
 }
 
+int64_t parse_decimal(const std::string& s, int64_t lo, int64_t hi, const std::string& flag) {
+  const std::string err = decimal_error<int64_t>(s, lo, hi);
+  SINKQ_CHECK(err.empty(), "{}: {}", flag, err);
+  return std::stoll(s);
+}
+
 CLI::Validator decimal_u64() {
   return CLI::Validator([](std::string& s) { return decimal_error<uint64_t>(s, 0, UINT64_MAX); }, "UINT64");
 }

@@ -242,9 +242,9 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
               "codebook KV with --kv-recent: attention of layer {} over {} rows must follow the write of those rows",
               layer, n);
   SINKQ_CHECK(s.sliding_window == 0, "--kv-recent: sliding-window attention is not supported");
-  std::vector<float> rk(rk_);  // the int8 rows as the prefix keys are: RoPE (+ R3)
-  rope_r3(rk.data(), recent_rows_, P + recent_row0_);
-  auto recent_k = [&](int64_t row) { return rk.data() + (row - recent_row0_) * KV; };
+  rk_rot_.assign(rk_.begin(), rk_.end());  // the int8 rows as the prefix keys are: RoPE (+ R3)
+  rope_r3(rk_rot_.data(), recent_rows_, P + recent_row0_);
+  auto recent_k = [&](int64_t row) { return rk_rot_.data() + (row - recent_row0_) * KV; };
   auto recent_v = [&](int64_t row) { return rv_.data() + (row - recent_row0_) * KV; };
   const bool fused = T < kFusedMaxT;
   if (!fused) {  // [prefix; every body row decoded], so that prefix + the old rows are one segment
@@ -255,9 +255,15 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
     cache_.dequantize(layer, false, n, seg_k_.data() + P * KV);
     cache_.dequantize(layer, true, n, seg_v_.data() + P * KV);
     rope_r3(seg_k_.data() + P * KV, n, P);
-  } else if (pre_rope_ && r3_) {
-    q_.assign(q, q + T * HD);
-    quant::fwht_inplace(q_.data(), T * s.n_heads, head_dim_);
+  } else {  // [prefix; recent rows]: the prefix once, the recent rows per query below
+    seg_k_.resize(size_t((P + W) * KV));
+    seg_v_.resize(size_t((P + W) * KV));
+    std::copy(prefix.k, prefix.k + P * KV, seg_k_.data());
+    std::copy(prefix.v, prefix.v + P * KV, seg_v_.data());
+    if (pre_rope_ && r3_) {
+      q_.assign(q, q + T * HD);
+      quant::fwht_inplace(q_.data(), T * s.n_heads, head_dim_);
+    }
   }
   for (int64_t i = 0; i < T; ++i) {
     const int64_t t = n_past + i, m = std::min<int64_t>(W, t + 1), old = t - m + 1;
@@ -273,10 +279,6 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
       continue;
     }
     // [prefix; the m recent rows] as the fp32 segment, the old rows through the fused kernels.
-    seg_k_.resize(size_t((P + m) * KV));
-    seg_v_.resize(size_t((P + m) * KV));
-    std::copy(prefix.k, prefix.k + P * KV, seg_k_.data());
-    std::copy(prefix.v, prefix.v + P * KV, seg_v_.data());
     std::copy(recent_k(old), recent_k(old) + m * KV, seg_k_.data() + P * KV);
     std::copy(recent_v(old), recent_v(old) + m * KV, seg_v_.data() + P * KV);
     const float* qb = pre_rope_ && r3_ ? q_.data() + i * HD : qi;

@@ -135,6 +135,7 @@ class CodebookKvStore final : public KvStore {
   int recent_ = 0;
   std::unique_ptr<lowbit::PackedKvCache> ring_;
   std::vector<float> rk_, rv_;
+  mutable std::vector<float> rk_rot_;  // rk_ with RoPE (+ R3), per attention call
   int recent_layer_ = -1;
   int64_t recent_row0_ = 0, recent_rows_ = 0;
   mutable std::vector<float> seg_k_, seg_v_;  // [prefix; recent rows] of one query

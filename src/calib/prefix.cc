@@ -39,10 +39,15 @@ PrefixSpec parse_prefix_spec(std::string_view value) {
     s.kind = PrefixSpec::Kind::System;
     s.text = std::string(value.substr(7));
     SINKQ_CHECK(!s.text.empty(), "--prefix system: needs the system prompt text after the colon");
-  } else {
+  } else if (starts("text:")) {
     s.kind = PrefixSpec::Kind::Text;
-    s.text = std::string(starts("text:") ? value.substr(5) : value);
+    s.text = std::string(value.substr(5));
     SINKQ_CHECK(!s.text.empty(), "--prefix text: needs text after the colon");
+  } else {
+    // Bare text is not taken as a prefix: a mistyped keyword ("bso", "wat") would silently become
+    // a text prefix of those letters.
+    fail("--prefix {}: not a prefix spec: expected bos, auto, ids:1,2,..., system:TEXT or text:TEXT (for a text "
+         "prefix write text:{})", value, value);
   }
   return s;
 }

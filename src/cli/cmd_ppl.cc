@@ -95,6 +95,9 @@ void register_ppl(CLI::App& app) {
     // Read before anything slow (calibration): a bad file fails at once.
     std::fprintf(stderr, "ppl: tokenizing %s\n", o->file.c_str());
     const std::vector<int32_t> toks = scoring_tokens(o->file, *pv.tokenizer);
+    // A text too short for one window fails before calibration and the KV cache (a large --ctx
+    // would allocate and fill gigabytes first).
+    if (o->ctx > 0) check_ppl_text(toks, ppl_options(*pv.tokenizer, o->ctx, protocol, o->max_windows));
 
     oo.tokenizer = pv.tokenizer;  // loaded once
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
@@ -104,6 +107,7 @@ void register_ppl(CLI::App& app) {
     check_ctx(ctx, P);
 
     PplOptions po = ppl_options(tok, ctx, protocol, o->max_windows);
+    check_ppl_text(toks, po);  // before the KV cache of ctx positions is allocated
     po.progress = [](int64_t done, int64_t total, double ppl) {
       progress("ppl: window", done, total, fmt::format("ppl {:.4f}", ppl));
     };

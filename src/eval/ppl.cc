@@ -82,6 +82,14 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
   return windows;
 }
 
+void check_ppl_text(const std::vector<int32_t>& toks, const PplOptions& opt) {
+  PplOptions one = opt;
+  one.max_windows = 1;
+  SINKQ_CHECK(!ppl_windows(toks, one).empty(),
+              "the text has {} tokens: too short for one window of {} tokens (protocol {})",
+              toks.size(), opt.ctx, ppl_protocol_name(opt.protocol));
+}
+
 PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
                      Forward* reference) {
   SINKQ_CHECK(opt.ctx <= fwd.max_ctx() - fwd.prefix_size(),
@@ -96,10 +104,8 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
   };
   check_prefix(fwd, "evaluated");
   if (reference) check_prefix(*reference, "reference");
+  check_ppl_text(toks, opt);
   const auto windows = ppl_windows(toks, opt);
-  SINKQ_CHECK(!windows.empty(),
-              "the text has {} tokens: too short for one window of {} tokens (protocol {})",
-              toks.size(), opt.ctx, ppl_protocol_name(opt.protocol));
   const int64_t V = fwd.model().config().vocab_size;
   if (reference) {
     SINKQ_CHECK(reference->model().config().vocab_size == V,

@@ -60,6 +60,9 @@ struct PplResult {
 
 // The windows a protocol cuts from `toks` (for tests and for listing what is scored).
 std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt);
+// Throws sinkq::Error when `toks` holds no complete window: perplexity() checks it, and a caller
+// checks it before allocating a KV cache of opt.ctx positions.
+void check_ppl_text(const std::vector<int32_t>& toks, const PplOptions& opt);
 
 // Runs `fwd` (reset before every window) over the windows. Throws sinkq::Error if the text is
 // too short for one window or ctx exceeds the forward's context. With `reference` (e.g. the

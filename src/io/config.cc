@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,11 @@ struct Fields {
     if (!v.is_number()) bad(k, fmt::format("must be a number, got {}", v.dump()));
     const double d = v.get<double>();
     if (!(d > 0) || !std::isfinite(float(d))) bad(k, fmt::format("must be positive and finite, got {}", v.dump()));
+    // Held as fp32: a value that rounds to 0 or a subnormal there (1e-300) is not the positive
+    // number the file wrote.
+    if (!(float(d) >= FLT_MIN))
+      bad(k, fmt::format("{} is too small for fp32 (smallest normal {}): it would be taken as {}", v.dump(), FLT_MIN,
+                         float(d)));
     return float(d);
   }
   float pos_float_or(const char* k, float def) const { return has(k) ? pos_float(k) : def; }

@@ -243,10 +243,15 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
   // Per-thread scratch (capacity reused): apply() may run on several threads at once.
   static thread_local PackedTensor xq, part;
   static thread_local std::vector<float> tmp;
-  if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
-    lowbit::quantize_static(act_, x, T, cols_, static_, xq);
-  else
-    lowbit::quantize_dynamic(act_, x, T, cols_, 1.0f, xq);
+  try {
+    if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
+      lowbit::quantize_static(act_, x, T, cols_, static_, xq);
+    else
+      lowbit::quantize_dynamic(act_, x, T, cols_, 1.0f, xq);
+  } catch (const Error& e) {  // a non-finite input: say which linear's input it reached
+    fail("{}: its input activations: {} (a NaN / Inf produced upstream of this linear: check the model's weights)",
+         name_, e.what());
+  }
   if (blocks_.size() == 1) {
     lowbit::gemm(xq, blocks_[0].w, bias, y);
     return;

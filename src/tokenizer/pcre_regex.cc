@@ -32,7 +32,7 @@ std::string pcre2_message(int code) {
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern, bool literal, const std::string& where) : pattern_(pattern) {
+Regex::Regex(std::string_view pattern, bool literal, const std::string& where) : pattern_(pattern), where_(where) {
   int err = 0;
   PCRE2_SIZE err_off = 0;
   // PCRE2_LITERAL admits only a few other options (UCP is not one of them, nor needed).
@@ -62,7 +62,8 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view text) co
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
-      fail("regex '{}' failed on input: {}", pattern_, pcre2_message(rc));
+      fail("{}: regex '{}' failed on the input at byte {} of {} (the text being tokenized): {}", where_, pattern_,
+           pos, text.size(), pcre2_message(rc));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     size_t b = ov[0], e = ov[1];

@@ -31,6 +31,7 @@ class Regex {
 
  private:
   std::string pattern_;
+  std::string where_;  // the file and field the pattern came from, for errors while matching
   void* code_ = nullptr;  // pcre2_code_8*
 };
 

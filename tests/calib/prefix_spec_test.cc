@@ -22,9 +22,11 @@ TEST(PrefixSpec, ParsesEveryForm) {
   EXPECT_EQ(sys.kind, PrefixSpec::Kind::System);
   EXPECT_EQ(sys.text, "You are helpful.");
   EXPECT_EQ(parse_prefix_spec("text:A: b").text, "A: b");
-  EXPECT_EQ(parse_prefix_spec("Hello there").kind, PrefixSpec::Kind::Text);
-  EXPECT_EQ(parse_prefix_spec("Hello there").text, "Hello there");
-  for (const char* bad : {"", "ids:", "ids:1,x", "ids:-3", "system:", "text:"})
+  EXPECT_EQ(parse_prefix_spec("text:Hello there").kind, PrefixSpec::Kind::Text);
+  // Bare text is an error (a mistyped keyword would otherwise become a text prefix), and the
+  // message shows the text: spelling.
+  EXPECT_NE(error_of([] { parse_prefix_spec("wat"); }).find("text:wat"), std::string::npos);
+  for (const char* bad : {"", "ids:", "ids:1,x", "ids:-3", "system:", "text:", "wat", "bso", "Hello there"})
     EXPECT_NE(error_of([&] { parse_prefix_spec(bad); }).find("--prefix"), std::string::npos) << bad;
 }
 

@@ -66,6 +66,23 @@ TEST(CliErrors, LayerCountBeyondTheWeights) {
                {"num_hidden_layers 1000000000", "the weights hold", "does not match"});
 }
 
+// A text too short for one window fails before the KV cache of --ctx positions is allocated
+// (issue 18: 5 GB filled for 18 s first). The model claims 2^30 positions, so a cache of 2^29
+// (8 layers x 1 KiB per token: 550 GB) cannot be allocated: were it tried first, the error would
+// be the memory refusal, not the text's length.
+TEST(CliErrors, ShortTextFailsBeforeTheKvCache) {
+  testing::TempDir d;
+  testing::TinyModelSpec spec;
+  spec.layers = 8;
+  spec.max_pos = 1 << 30;
+  testing::write_tiny_model(d.path(), spec);
+  const std::string text = testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt";
+  expect_error(run({"ppl", "-m", d.path(), "-f", text, "--ctx", "536870912"}), {"too short for one window of 536870912"});
+  // Simulated quantization with calibration: refused before calibrating, too.
+  expect_error(run({"ppl", "-m", d.path(), "-f", text, "--ctx", "536870912", "--preset", "w8a8"}),
+               {"too short for one window"});
+}
+
 TEST(Cli, TokenizeJson) {
   const RunResult r = run({"tokenize", "-m", stories(), "--text", "Once upon a time", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -239,6 +239,8 @@ TEST(Config, FieldRejections) {
       {"head_dim", 127, "'head_dim' must be even"},
       {"rms_norm_eps", 0.0, "'rms_norm_eps' must be positive"},
       {"rope_theta", "big", "'rope_theta' must be a number"},
+      {"rope_theta", 1e-300, "'rope_theta' 1e-300 is too small for fp32"},  // was taken as 0
+      {"rms_norm_eps", 1e-40, "'rms_norm_eps' 1e-40 is too small for fp32"},  // a subnormal
       {"hidden_act", "gelu", "'hidden_act' is 'gelu'; only silu is supported"},
       {"tie_word_embeddings", 1, "'tie_word_embeddings' must be true or false"},
       {"eos_token_id", 200000, "'eos_token_id' holds id 200000 outside [0, vocab_size 128256)"},

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -187,6 +188,22 @@ TEST(QuantizedModel, PlanarInvertsRepack) {
   EXPECT_EQ(pl.planar(0).codes, want.codes);
   EXPECT_EQ(pl.planar(0).zeros, want.zeros);
   EXPECT_EQ(pl.planar(0).scales, want.scales);
+}
+
+// A NaN reaching a packed linear's input is an error naming that linear (was the activation
+// quantizer's "non-finite value at token t, feature j", which names no tensor).
+TEST(QuantizedModel, NonFiniteInputNamesTheLinear) {
+  const int64_t rows = 16, cols = 64;
+  std::vector<float> w(size_t(rows * cols), 0.25f), x(size_t(2 * cols), 1.0f), y(size_t(2 * rows));
+  WeightScheme ws;
+  ws.bits = 8;
+  const PackedLinear pl("model.layers.3.mlp.down_proj.weight", w.data(), rows, cols, ws,
+                        lowbit::PackedFormat::A8_PerToken);
+  pl.apply(x.data(), 2, nullptr, y.data());  // finite: runs
+  x[size_t(cols + 5)] = std::numeric_limits<float>::quiet_NaN();
+  const std::string msg = error_of([&] { pl.apply(x.data(), 2, nullptr, y.data()); });
+  EXPECT_NE(msg.find("model.layers.3.mlp.down_proj.weight: its input activations"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("token 1, feature 5"), std::string::npos) << msg;
 }
 
 // ---- the packed model against the simulator -------------------------------------------------

@@ -136,6 +136,19 @@ TEST_F(TokErrors, BadRegex) {
   EXPECT_THAT(msg, HasSubstr("invalid regex"));
 }
 
+// A pattern that backtracks catastrophically hits PCRE2's match limit on a long input: the error
+// names the file and field the pattern came from (was "regex '...' failed on input" alone).
+TEST_F(TokErrors, RegexMatchLimitNamesTheFile) {
+  json doc = minimal_doc();
+  doc["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a+)+$"}}}, {"behavior", "Isolated"}};
+  write_doc(doc.dump());
+  auto t = Tokenizer::load(dir_.path());
+  const std::string msg = error_of([&] { t->encode(std::string(40, 'a') + "b"); });
+  EXPECT_THAT(msg, HasSubstr(dir_.file("tokenizer.json")));
+  EXPECT_THAT(msg, HasSubstr("pre_tokenizer.pattern"));
+  EXPECT_THAT(msg, HasSubstr("limit"));
+}
+
 TEST_F(TokErrors, MalformedTokenizerConfig) {
   write_doc(minimal_doc().dump());
   write_file_atomic(dir_.file("tokenizer_config.json"), "{not json");

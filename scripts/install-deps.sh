@@ -11,6 +11,7 @@ PKGS=(
   libicu-dev           # Unicode normalizers of tokenizer.json (NFC for Qwen2)
   libcli11-dev         # command line
   libfmt-dev           # formatting (g++ 12 has no std::format)
+  libxxhash-dev        # XXH3 checksums of the artifact's tensors and files
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 missing=()

@@ -126,7 +126,11 @@ std::shared_ptr<const Engine> Engine::reference() const {
   std::shared_ptr<const Model> fp = source_;
   std::string src = path_;
   if (!fp) {
-    src = artifact_json_.at("source").value("model_dir", "");
+    const nlohmann::json& so = artifact_json_.contains("source") ? artifact_json_.at("source") : nlohmann::json();
+    if (so.is_object() && so.contains("model_dir") && so.at("model_dir").is_string())
+      src = so.at("model_dir").get<std::string>();
+    else
+      src.clear();
     SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
                 "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a model "
                 "directory or GGUF file here", src);

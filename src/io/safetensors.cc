@@ -175,15 +175,26 @@ std::shared_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, 
     size_t idx;
   };
   std::vector<Span> spans;
-  for (const auto& [name, e] : h.items()) {  // std::map order: sorted by name
-    if (name == "__metadata__") {
-      if (!e.is_object()) fail("{}: '__metadata__' must be an object of strings", path);
-      for (const auto& [k, v] : e.items()) {
-        if (!v.is_string()) fail("{}: '__metadata__' entry '{}' must be a string", path, k);
-        f->metadata_[k] = v.get<std::string>();
-      }
-      continue;
+  if (const auto m = h.find("__metadata__"); m != h.end()) {
+    if (!m->is_object()) fail("{}: '__metadata__' must be an object of strings", path);
+    for (const auto& [k, v] : m->items()) {
+      if (!v.is_string()) fail("{}: '__metadata__' entry '{}' must be a string", path, k);
+      f->metadata_[k] = v.get<std::string>();
     }
+  }
+  // A sinkq artifact's tensors (packed U8 codes) read as a model directory: say what it is rather
+  // than fail on the first U8 tensor's dtype.
+  if (!allow_raw && f->metadata_.count("format") && f->metadata_.at("format") == "sinkq-artifact") {
+    const fs::path dir = fs::path(path).parent_path();
+    std::error_code ec;
+    const bool has_recipe = fs::exists(dir / "sinkq_recipe.json", ec);
+    fail("{}: the tensors of a sinkq artifact (quantized, packed): {}", path,
+         has_recipe ? "this command needs the source model (directory or GGUF file); ppl, generate and bench run the "
+                      "artifact itself"
+                    : "its sinkq_recipe.json is missing, so it cannot be loaded (re-run sinkq quantize)");
+  }
+  for (const auto& [name, e] : h.items()) {  // std::map order: sorted by name
+    if (name == "__metadata__") continue;
     uint64_t b = 0, en = 0;
     TensorInfo t = parse_entry(path, name, e, data_size, b, en, allow_raw);
     t.data = data + b;

@@ -1,7 +1,7 @@
 // sinkq/runtime/artifact.h — the quantized model as one self-describing directory, written
 // atomically and loaded by mmap.
 //
-// Layout of an artifact directory (format_version 2):
+// Layout of an artifact directory (format_version 3):
 //   config.json          the source model's HF config, byte for byte (validated on load exactly as
 //                        a model directory's: io/config.h)
 //   model.safetensors    every tensor (io/safetensors.h; U8 / I32 tensors are raw integer dtypes):
@@ -21,17 +21,21 @@
 //     model.embed_tokens.weight, lm_head.weight (untied only), norms, q/k/v biases: the HF
 //         names; embeddings / lm_head in the QuantizedModel's dtype (the source's, or fp_dtype),
 //         norms and biases F32
-//     __metadata__: "format" = "sinkq-artifact", "format_version" = "2", and per linear
+//     __metadata__: "format" = "sinkq-artifact", "format_version" = "3", "recipe_checksum" (of
+//         sinkq_recipe.json's format_version, config_checksum, lm_head_tied, fp_dtype and recipe:
+//         artifact_schema.h), and per linear
 //         "<linear>" = {"shape": [rows, cols], "blocks": [[col0, cols, PackedFormat value], ..]}
-//   sinkq_recipe.json    format / format_version / sinkq_version, "source" (model dir and the FNV-1a
-//                        64 hash of its config.json), "describe" (one line), "lm_head_tied",
-//                        "fp_dtype", "recipe" (quant::Recipe::to_json — weights, weight rules,
-//                        activations, KV, rotation, prefix tokens, calibration settings — read back
+//   sinkq_recipe.json    format / format_version / sinkq_version, "source" ("model_dir": the model
+//                        directory or GGUF file quantized), "config_checksum" (of config.json's
+//                        bytes), "describe" (one line), "lm_head_tied", "fp_dtype", "recipe"
+//                        (quant::Recipe::to_json — weights, weight rules, activations, KV,
+//                        rotation, prefix tokens, calibration settings — read back
 //                        by Recipe::from_json and required to equal its own re-serialisation; the
 //                        packed layout of every linear and the static params follow from it and
 //                        config.json), "provenance" (what the pipeline recorded beside it: the
 //                        calibration result and data, the prefix resolution; wall-clock times
-//                        removed), "tensors" (inventory: name -> dtype, shape)
+//                        removed), "tensors" (inventory: name -> dtype, shape, checksum of the bytes
+//                        seeded by dtype and shape: artifact_schema.h)
 //   tokenizer files      copied from the source directory (tokenizer.json, tokenizer.model,
 //                        tokenizer_config.json, special_tokens_map.json, generation_config.json, ...)
 //
@@ -49,7 +53,9 @@ namespace sinkq::runtime {
 
 // 2: the recipe is quant::Recipe::to_json under "recipe" (per-(layer, role) weight rules); the
 //    "runtime", "rotation", "prefix" and "preset" blocks of version 1 are gone.
-inline constexpr int kArtifactFormatVersion = 2;
+// 3: checksums (core/checksum.h): per tensor in the inventory, config.json's as "config_checksum",
+//    the recipe's in model.safetensors' __metadata__ ("recipe_checksum"); "source" is the model path.
+inline constexpr int kArtifactFormatVersion = 3;
 
 struct WriteOptions {
   // Replace an existing OUT (atomically: OUT is renamed away, the new one renamed in, the old one
@@ -78,12 +84,10 @@ bool is_artifact(const std::string& dir);
 
 // Loads and validates an artifact (mmap; the packed codes are repacked for the kernels, the
 // embeddings stay in the mapping). Every inconsistency (missing or mistyped recipe field, unknown
-// format value, tensor missing / extra / of the wrong shape or dtype) is a sinkq::Error naming the
+// format value, tensor missing / extra / of the wrong shape or dtype, a checksum that differs: a
+// tensor, config.json, or the recipe the tensors were packed with) is a sinkq::Error naming the
 // file and the field or tensor. The result's cfg is the stored Recipe (what was simulated and
 // packed); its recipe JSON is that recipe with the provenance beside it.
 QuantizedModel load_artifact(const std::string& dir);
-
-// FNV-1a 64-bit hash of a file's bytes, as 16 lowercase hex digits (the recipe's config hash).
-std::string fnv1a64_file(const std::string& path);
 
 }  // namespace sinkq::runtime

@@ -119,9 +119,18 @@ QuantizedModel load_artifact(const std::string& dir) {
   if (L.get_str(r, "", "format") != "sinkq-artifact") L.bad_field("format", "expected \"sinkq-artifact\"");
   const int64_t version = L.get_int(r, "", "format_version");
   if (version != kArtifactFormatVersion)
-    L.bad_field("format_version", fmt::format("{} is not supported (this sinkq reads version {})", version,
-                                              kArtifactFormatVersion));
-  const ModelConfig mc = ModelConfig::load(dir + "/" + kConfig);
+    L.bad_field("format_version",
+                fmt::format("{} is not supported (this sinkq reads version {}){}", version, kArtifactFormatVersion,
+                            version < kArtifactFormatVersion && version > 0
+                                ? ": written by an older sinkq; run sinkq quantize on the source model again"
+                                : ""));
+  // config.json as written by quantize: the packed tensors were made for that model.
+  const std::string config_path = dir + "/" + kConfig;
+  if (const std::string want = L.get_str(r, "", "config_checksum"), have = checksum(read_file(config_path));
+      have != want)
+    fail("{}: changed after quantize: its checksum is {}, {} records {} (the packed tensors were made for the "
+         "recorded config)", config_path, have, L.recipe_path, want);
+  const ModelConfig mc = ModelConfig::load(config_path);
 
   QuantizedModel qm;
   // The recipe: the one parse (quant::Recipe::from_json), and it must be in the form to_json
@@ -348,6 +357,36 @@ QuantizedModel load_artifact(const std::string& dir) {
   for (const TensorInfo* t : L.store.all())
     SINKQ_CHECK(expected.count(t->name), "{}: unexpected tensor '{}' (not part of this artifact's recipe)",
                 L.tensors_path, t->name);
+  // Integrity, after the structure (whose messages say more when they apply): what an edit or a
+  // corruption that keeps the structure valid still changes.
+  if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{dtype_name(w.embed.dtype)}; fp != emb)
+    L.bad_field("fp_dtype", fmt::format("'{}', but model.embed_tokens.weight is {}", fp, emb));
+  // The inventory lists exactly the file's tensors, with their dtypes, shapes and checksums.
+  const json& inv = L.field(r, "", "tensors");
+  if (!inv.is_object()) L.bad_field("tensors", "must be an object (tensor name -> dtype, shape, checksum)");
+  for (const auto& [name, e] : inv.items())
+    if (!L.store.find(name))
+      L.bad_field("tensors", fmt::format("lists '{}', which {} does not hold", name, L.tensors_path));
+  for (const TensorInfo* t : L.store.all()) {
+    const std::string path = "tensors." + t->name;
+    if (!inv.contains(t->name)) L.bad_field("tensors", fmt::format("does not list '{}' ({} holds it)", t->name, L.tensors_path));
+    const json& e = inv.at(t->name);
+    const std::string dtype = t->raw_dtype.empty() ? std::string(dtype_name(t->dtype)) : t->raw_dtype;
+    if (L.get_str(e, path, "dtype") != dtype || L.field(e, path, "shape") != json(t->shape))
+      L.bad_field(path, fmt::format("lists {} {}, but the tensor in {} is {} {}", e.at("dtype").get<std::string>(),
+                                    e.at("shape").dump(), L.tensors_path, dtype, t->shape_str()));
+    const std::string have = tensor_checksum(dtype, t->shape, {t->data, t->nbytes});
+    if (const std::string want = L.get_str(e, path, "checksum"); have != want)
+      fail("{}: tensor '{}': checksum {} differs from the {} recorded in {} (the file is corrupted or was edited "
+           "after quantize)", L.tensors_path, t->name, have, want, L.recipe_path);
+  }
+  // The recipe is the one the tensors were packed with.
+  const auto rc = sf.metadata().find("recipe_checksum");
+  SINKQ_CHECK(rc != sf.metadata().end(), "{}: __metadata__ lacks \"recipe_checksum\"", L.tensors_path);
+  if (const std::string have = recipe_checksum(r); have != rc->second)
+    fail("{}: not the recipe {} was packed with (checksum {}, its __metadata__ records {}): format_version, "
+         "config_checksum, lm_head_tied, fp_dtype or recipe was edited after quantize", L.recipe_path,
+         L.tensors_path, have, rc->second);
   w.store = std::move(L.store);  // keeps the mapping (embeddings, norms) alive
   qm.model = Model::from_weights(mc, std::move(w), dir);
   if (!qm.cfg.prefix.tokens.empty())

@@ -3,8 +3,14 @@
 #pragma once
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <nlohmann/json.hpp>
+#include <span>
 #include <string>
+#include <vector>
+
+#include "core/checksum.h"
 
 namespace sinkq::runtime::schema {
 
@@ -18,5 +24,24 @@ inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",          "to
                                                   "vocab.json",              "merges.txt"};
 
 inline std::string layer_prefix(int l) { return fmt::format("model.layers.{}.", l); }
+
+// A tensor's checksum binds its bytes to its dtype and shape (seeded by "DTYPE[d0,d1,..]"): a
+// tensor relabelled in the header (f16 read as bf16) fails it although its bytes are unchanged.
+inline std::string tensor_checksum(std::string_view dtype, const std::vector<int64_t>& shape,
+                                   std::span<const std::byte> bytes) {
+  return checksum(bytes, checksum_seed(fmt::format("{}[{}]", dtype, fmt::join(shape, ","))));
+}
+
+// What decides how the packed tensors run, beside config.json: recorded in model.safetensors'
+// __metadata__ as "recipe_checksum", so that a recipe edited after quantize (rotation switched on,
+// activation bits changed: both leave every tensor's layout as it was) no longer loads.
+inline std::string recipe_checksum(const nlohmann::json& recipe_file) {
+  const nlohmann::json bound{{"format_version", recipe_file.at("format_version")},
+                             {"config_checksum", recipe_file.at("config_checksum")},
+                             {"lm_head_tied", recipe_file.at("lm_head_tied")},
+                             {"fp_dtype", recipe_file.at("fp_dtype")},
+                             {"recipe", recipe_file.at("recipe")}};
+  return checksum(bound.dump());
+}
 
 }  // namespace sinkq::runtime::schema

@@ -108,16 +108,6 @@ void write_json_file(const std::string& path, const json& j) { write_file_atomic
 
 }  // namespace
 
-std::string fnv1a64_file(const std::string& path) {
-  const std::string s = read_file(path);
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return fmt::format("{:016x}", h);
-}
-
 bool is_artifact(const std::string& dir) {
   std::error_code ec;
   return fs::is_regular_file(fs::path(dir) / kRecipe, ec);
@@ -219,13 +209,12 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     tl.add_copy("sinkq.prefix.v", DType::F32, {int64_t(pf.num_layers()), P, KV}, v);
   }
 
-  std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
-                                          {"format_version", std::to_string(kArtifactFormatVersion)}};
-  for (const auto& [name, j] : meta_linears.items()) meta[name] = j.dump();
-
   // ---- recipe --------------------------------------------------------------------------------
   json inventory = json::object();
-  for (const TensorToWrite& t : tl.tensors) inventory[t.name] = {{"dtype", dtype_str(t)}, {"shape", t.shape}};
+  for (const TensorToWrite& t : tl.tensors)
+    inventory[t.name] = {{"dtype", dtype_str(t)}, {"shape", t.shape},
+                         {"checksum", tensor_checksum(dtype_str(t), t.shape, t.bytes)}};
+  const std::string config_bytes = gguf ? mc.to_json().dump(2) + "\n" : read_file(src_config);
   // The recipe: Recipe::to_json (what load_artifact parses back with Recipe::from_json), the
   // prefix tokens those of the KV rows stored; whatever else the caller recorded beside it in
   // qm.recipe (calibration_result, prefix_resolution, ...) goes under "provenance", wall-clock
@@ -248,13 +237,18 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       {"format", "sinkq-artifact"},
       {"format_version", kArtifactFormatVersion},
       {"sinkq_version", SINKQ_VERSION},
-      {"source", {{"model_dir", model_dir}, {"config_fnv1a64", fnv1a64_file(src_config)}}},
+      {"source", {{"model_dir", model_dir}}},
+      {"config_checksum", checksum(config_bytes)},
       {"describe", qm.describe()},
       {"lm_head_tied", tied},
       {"fp_dtype", std::string(dtype_name(w.embed.dtype))},
       {"recipe", recipe_json},
       {"provenance", provenance},
       {"tensors", inventory}};
+  std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
+                                          {"format_version", std::to_string(kArtifactFormatVersion)},
+                                          {"recipe_checksum", recipe_checksum(recipe)}};
+  for (const auto& [name, j] : meta_linears.items()) meta[name] = j.dump();
 
   // ---- files, into a temp directory, then one rename ----------------------------------------
   const fs::path tmp = fs::path(out.string() + fmt::format(".tmp-{}", ::getpid()));
@@ -270,7 +264,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       return (tmp / name).string();
     };
     write_safetensors(file(kTensors), tl.tensors, meta);
-    write_file_atomic(file(kConfig), gguf ? mc.to_json().dump(2) + "\n" : read_file(src_config));
+    write_file_atomic(file(kConfig), config_bytes);
     write_json_file(file(kRecipe), recipe);
     if (gguf) {
       // A GGUF source carries its tokenizer in its metadata: the artifact keeps those keys in a

@@ -125,6 +125,18 @@ TEST(CliQuantize, StaleTemporariesAreRemoved) {
   EXPECT_TRUE(fs::exists(out + "/sinkq_recipe.json"));
 }
 
+// An artifact given to a command that needs the source model, or an artifact without its recipe:
+// said as such (was "dtype U8 ... not supported by sinkq" on the first packed tensor, issue 18).
+TEST(CliQuantize, ArtifactWhereAModelIsNeeded) {
+  testing::TempDir tmp;
+  const std::string out = tmp.file("a");
+  ASSERT_EQ(quantize(out, {"--preset", "w8a8"}).rc, 0);
+  expect_error(run({"inspect", "-m", out}), {"the tensors of a sinkq artifact", "needs the source model"});
+  expect_error(run({"analyze", "-m", out, "--data", sample_text()}), {"the tensors of a sinkq artifact"});
+  fs::remove(out + "/sinkq_recipe.json");
+  expect_error(run({"ppl", "-m", out, "-f", sample_text(), "--ctx", "64"}), {"sinkq_recipe.json is missing"});
+}
+
 TEST(CliQuantize, ErrorsLeaveNothing) {
   testing::TempDir tmp;
   const std::string out = tmp.file("out");

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/mmap.h"
 #include "io/safetensors.h"
 #include "quant/rotate.h"
@@ -180,7 +181,7 @@ TEST(Artifact, RoundTripIsBitExact) {
     const json r = json::parse(read_file(out + "/sinkq_recipe.json"));
     EXPECT_EQ(r.at("format_version"), kArtifactFormatVersion);
     EXPECT_EQ(r.at("recipe").at("rotation").at("on"), c.cfg.rotate.on);
-    EXPECT_EQ(r.at("source").at("config_fnv1a64"), fnv1a64_file(c.dir + "/config.json"));
+    EXPECT_EQ(r.at("config_checksum"), checksum(read_file(c.dir + "/config.json")));
     EXPECT_TRUE(r.at("recipe").contains("weights"));
     EXPECT_EQ(r.at("tensors").size(), SafetensorsFile::open(out + "/model.safetensors", true)->tensors().size());
   }
@@ -293,7 +294,7 @@ TEST(Artifact, CorruptionIsACleanError) {
   EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"]["bits"] = 3; }); }),
               HasSubstr("sinkq_recipe.json: field 'recipe': 3-bit weights cannot run"));
   EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["format_version"] = 1; }); }),
-              HasSubstr("field 'format_version': 1 is not supported (this sinkq reads version 2)"));
+              HasSubstr("field 'format_version': 1 is not supported (this sinkq reads version 3): written by an older sinkq"));
   // A recipe field dropped by hand is not a silent default: the recipe must read back to itself.
   EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["recipe"]["weights"].erase("symmetric"); }); }),
               HasSubstr("field 'recipe.weights.symmetric': not as this recipe writes it"));
@@ -348,6 +349,74 @@ TEST(Artifact, CorruptionIsACleanError) {
               HasSubstr("__metadata__ lacks \"format\": \"sinkq-artifact\""));
   EXPECT_THAT(err([](const std::string& d) { fs::remove(d + "/config.json"); }), HasSubstr("config.json"));
   EXPECT_THAT(error_of([&] { load_artifact(model_dir("stories260K")); }), HasSubstr("is not a sinkq artifact"));
+}
+
+// Edits that keep every structural check valid (issue 18's hostile campaign ran them all): the
+// checksums catch them, each with a message naming the file and the tensor or field.
+TEST(Artifact, ChecksumsCatchWhatTheStructureAllows) {
+  const QuantizedModel qm = quantize(load("stories260K"), config("w8a8"), DType::F16);
+  testing::TempDir tmp;
+  int n = 0;
+  auto err = [&](const std::function<void(const std::string&)>& edit) {
+    const std::string d = tmp.file(fmt::format("a{}", n++));
+    write_artifact(qm, model_dir("stories260K"), d);
+    EXPECT_NO_THROW(load_artifact(d));  // loads before the edit
+    edit(d);
+    return error_of([&] { load_artifact(d); });
+  };
+  // The recipe rewritten consistently (it reads back to itself, the layouts are unchanged): the
+  // rotation switched on, the activations at 4 bits. Both ran before, with garbage results.
+  for (const auto& change : std::vector<std::function<void(quant::Recipe&)>>{
+           [](quant::Recipe& c) { c.rotate.on = true; }, [](quant::Recipe& c) { c.a.bits = 4; }}) {
+    EXPECT_THAT(err([&](const std::string& d) {
+                  edit_recipe(d, [&](json& r) {
+                    quant::Recipe c = quant::Recipe::from_json(r["recipe"], "test");
+                    change(c);
+                    r["recipe"] = c.to_json();
+                  });
+                }),
+                AllOf(HasSubstr("sinkq_recipe.json: not the recipe"), HasSubstr("edited after quantize")));
+  }
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["tensors"] = json::object(); }); }),
+              HasSubstr("field 'tensors': does not list"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["fp_dtype"] = "BF16"; }); }),
+              HasSubstr("field 'fp_dtype': 'BF16', but model.embed_tokens.weight is F16"));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r["format_version"] = 2; }); }),
+              HasSubstr("written by an older sinkq"));
+  // The f16 embeddings relabelled bf16 in the header (the bytes then read as garbage), with and
+  // without the inventory edited to match: the checksum is seeded by dtype and shape.
+  const std::string e = "model.embed_tokens.weight";
+  EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.t.at(e).first.dtype = DType::BF16; }); }),
+              HasSubstr("field 'fp_dtype': 'F16', but model.embed_tokens.weight is BF16"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) { t.t.at(e).first.dtype = DType::BF16; });
+                edit_recipe(d, [&](json& r) { r["fp_dtype"] = "BF16"; });
+              }),
+              AllOf(HasSubstr("field 'tensors." + e + "': lists F16 [512,64]"), HasSubstr("is BF16 [512, 64]")));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) { t.t.at(e).first.dtype = DType::BF16; });
+                edit_recipe(d, [&](json& r) {
+                  r["tensors"][e]["dtype"] = "BF16";
+                  r["fp_dtype"] = "BF16";
+                });
+              }),
+              AllOf(HasSubstr("tensor '" + e + "': checksum"), HasSubstr("corrupted or was edited")));
+  // One flipped bit in a packed code, in a norm; config.json edited.
+  const std::string q = "model.layers.1.mlp.down_proj.codes";
+  EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.t.at(q).second[17] ^= std::byte{4}; }); }),
+              HasSubstr("model.safetensors: tensor '" + q + "': checksum"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                rewrite(d, [&](Tensors& t) { t.t.at("model.norm.weight").second[0] ^= std::byte{1}; });
+              }),
+              HasSubstr("tensor 'model.norm.weight': checksum"));
+  EXPECT_THAT(err([](const std::string& d) {
+                json c = json::parse(read_file(d + "/config.json"));
+                c["rope_theta"] = 20000.0;
+                write_file_atomic(d + "/config.json", c.dump());
+              }),
+              AllOf(HasSubstr("config.json: changed after quantize"), HasSubstr("sinkq_recipe.json records")));
+  EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.meta.erase("recipe_checksum"); }); }),
+              HasSubstr("__metadata__ lacks \"recipe_checksum\""));
 }
 
 // Sizes against the fp16 model (parameters · 2 bytes), printed for the report; the W4 target

@@ -1,0 +1,14 @@
+// libFuzzer target: a sentencepiece tokenizer.model (protobuf, parsed by libsentencepiece after
+// sinkq's own checks) on arbitrary bytes; an accepted model encodes and decodes a fixed text.
+#include "fuzz_common.h"
+#include "tokenizer/tokenizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string p = sinkq::fuzz::put("tokenizer.model", data, size);
+  sinkq::fuzz::expect_only_sinkq_errors([&] {
+    const auto t = sinkq::Tokenizer::from_sentencepiece(p);
+    const std::vector<int32_t> ids = t->encode("Hello  world, 1234 caf\u00e9 \u4e2d\u6587 \U0001F600 <s></s>\n\tend");
+    (void)t->decode(ids);
+  });
+  return 0;
+}

@@ -21,16 +21,17 @@
 namespace sinkq::fuzz {
 
 // A directory of this process (removed at exit), e.g. /dev/shm/sinkq-fuzz-1234.
+// Allocated once and never freed: the exit handler that removes it runs after static destructors.
 inline const std::string& scratch() {
-  static const std::string dir = [] {
+  static const std::string* dir = [] {
     const char* base = std::getenv("SINKQ_FUZZ_TMP");
-    std::string d = std::string(base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp")) +
-                    "/sinkq-fuzz-" + std::to_string(::getpid());
-    std::filesystem::create_directories(d);
+    auto* d = new std::string(std::string(base ? base : (std::filesystem::is_directory("/dev/shm") ? "/dev/shm" : "/tmp")) +
+                              "/sinkq-fuzz-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(*d);
     std::atexit([] { std::error_code ec; std::filesystem::remove_all(scratch(), ec); });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes the input to scratch()/name and returns the path.

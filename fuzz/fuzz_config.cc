@@ -1,6 +1,8 @@
 // libFuzzer target: config.json (io/config.h) on arbitrary bytes; an accepted config must write
 // back and read back to itself (ModelConfig::to_json).
 #include "fuzz_common.h"
+#include <nlohmann/json.hpp>
+
 #include "io/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs sinkq's build and test dependencies from Debian's packages. Idempotent: packages that
-# are already present are not touched, and apt-get runs only when something is missing.
+# Installs sinkq's build and test dependencies from Debian's packages (and any packages given as
+# arguments). Idempotent: packages that are already present are not touched, and apt-get runs only
+# when something is missing.
 set -euo pipefail
 PKGS=(
   build-essential cmake ninja-build pkg-config
@@ -14,6 +15,8 @@ PKGS=(
   libxxhash-dev        # XXH3 checksums of the artifact's tensors and files
   libgtest-dev libgmock-dev libbenchmark-dev
 )
+# Extra packages for one script (scripts/fuzz.sh: clang's libFuzzer): given as arguments.
+PKGS+=("$@")
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

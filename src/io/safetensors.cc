@@ -303,9 +303,10 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
   for (auto& [shard, f] : shards) {
     const std::string p = dir + "/" + shard;
     if (!fs::exists(p, ec)) {
+      const std::string& missing = shard;  // (clang 14 cannot capture a structured binding)
       const auto it = std::find_if(weight_map.begin(), weight_map.end(),
-                                   [&](const auto& kv) { return kv.second == shard; });
-      fail("{}: weight_map maps '{}' to shard '{}', which does not exist", index, it->first, shard);
+                                   [&](const auto& kv) { return kv.second == missing; });
+      fail("{}: weight_map maps '{}' to shard '{}', which does not exist", index, it->first, missing);
     }
     f = SafetensorsFile::open(p);
     s.files_.push_back(f);

@@ -6,6 +6,8 @@
 // CPU has is a sinkq::Error, never a silent fallback or an illegal-instruction crash.
 #include "kernels/cpu_features.h"
 
+#include <cpuid.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -17,10 +19,15 @@
 namespace sinkq {
 namespace {
 
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool has_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 Isa detect() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c();
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   return avx512 ? Isa::Avx512 : avx2 ? Isa::Avx2 : Isa::Scalar;

@@ -1,7 +1,7 @@
 // sinkq/kernels/kernels_avx2.cc — the AVX2 (+FMA, F16C) KernelTable: 8-lane fp32 vectors.
 //
-// Compiled with `#pragma GCC target` placed after every include, so only the code below uses
-// AVX2; the binary still runs on older CPUs as long as this table is not selected.
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) placed after every include, so only the
+// code below uses AVX2; the binary still runs on older CPUs as long as this table is not selected.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -10,9 +10,9 @@
 
 #include "core/dtype.h"
 #include "kernels/kernel_table.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx2,fma,f16c")
 
 namespace sinkq::detail::avx2 {
 
@@ -102,4 +102,4 @@ struct VT {
 #define SINKQ_KTABLE kernels_avx2
 #include "kernels/simd_kernels.inc"
 
-#pragma GCC pop_options
+SINKQ_ISA_END

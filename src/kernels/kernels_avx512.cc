@@ -1,7 +1,7 @@
 // sinkq/kernels/kernels_avx512.cc — the AVX-512 (F+BW+VL) KernelTable: 16-lane fp32 vectors,
 // masked loads/stores for every tail (bf16/f16 tails via 16-bit masked loads, hence BW+VL).
 //
-// Compiled with `#pragma GCC target` placed after every include (see kernels_avx2.cc).
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see kernels_avx2.cc).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,9 +9,9 @@
 
 #include "core/dtype.h"
 #include "kernels/kernel_table.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 // GCC 12 false positive (bug 105593): _mm512_reduce_*_ps use _mm256_undefined_pd() internally.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -83,4 +83,4 @@ struct VT {
 #include "kernels/simd_kernels.inc"
 
 #pragma GCC diagnostic pop
-#pragma GCC pop_options
+SINKQ_ISA_END

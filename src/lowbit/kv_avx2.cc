@@ -2,7 +2,8 @@
 // 8-bit: vpmovsxbd of 8 codes; 4-bit: 4 bytes split into nibbles and interleaved back into column
 // order (low nibble = even column) with punpcklbw, ^8, vpmovzxbd. Levels are formed in int32
 // (minus the zero point) and converted exactly to fp32.
-// Compiled with `#pragma GCC target` after every include (see kernels/kernels_avx2.cc).
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see
+// kernels/kernels_avx2.cc).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -10,9 +11,9 @@
 
 #include "lowbit/codebook_kv.h"
 #include "lowbit/kv_kernels.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx2,fma,f16c")
 
 namespace sinkq::lowbit::detail::kv_avx2 {
 
@@ -100,4 +101,4 @@ const CbTable& cb_table_avx2() {
 }
 }  // namespace sinkq::lowbit::detail
 
-#pragma GCC pop_options
+SINKQ_ISA_END

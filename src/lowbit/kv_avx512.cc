@@ -1,7 +1,8 @@
 // sinkq/lowbit/kv_avx512.cc — the AVX-512 (F+BW) KvTable: 16 columns per zmm.
 // 8-bit: vpmovsxbd of 16 codes; 4-bit: 8 bytes split into nibbles, interleaved back into column
 // order (punpcklbw), ^8, vpmovzxbd. Levels in int32 minus the zero point, converted exactly.
-// Compiled with `#pragma GCC target` after every include (see kernels/kernels_avx2.cc).
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see
+// kernels/kernels_avx2.cc).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -10,9 +11,9 @@
 
 #include "lowbit/codebook_kv.h"
 #include "lowbit/kv_kernels.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx512f,avx512bw,avx512vl,avx2,fma,f16c")
 // GCC 12 false positive (bug 105593): the AVX-512 intrinsics use _mm*_undefined_*() internally.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -103,4 +104,4 @@ const CbTable& cb_table_avx512() {
 }  // namespace sinkq::lowbit::detail
 
 #pragma GCC diagnostic pop
-#pragma GCC pop_options
+SINKQ_ISA_END

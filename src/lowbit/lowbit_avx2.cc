@@ -4,7 +4,8 @@
 // saturates), then vpmaddwd by ones into the eight int32 row lanes. 8-bit weights (u = c + 128 up
 // to 255 could saturate vpmaddubsw): zero-extended to int16, vpmaddwd against the sign-extended
 // activation quadruple; two int32 partials per row, folded by vphaddd at the end of a group.
-// Compiled with `#pragma GCC target` after every include (see kernels/kernels_avx2.cc).
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see
+// kernels/kernels_avx2.cc).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 #include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx2,fma,f16c")
 
 namespace sinkq::lowbit::detail::avx2 {
 
@@ -205,7 +206,7 @@ void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q, cons
 #define SINKQ_LBNS avx2
 #include "lowbit/gemm_kernels.inc"
 
-#pragma GCC pop_options
+SINKQ_ISA_END
 
 // Outside the target region: taking the addresses needs no AVX2.
 namespace sinkq::lowbit::detail {

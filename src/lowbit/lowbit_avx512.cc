@@ -4,7 +4,8 @@
 // the activation quadruple is a 32-bit broadcast from memory. u8 x s8 products are at most
 // 255·128, four per lane per instruction, no saturation (the non-saturating form). Needs
 // AVX512-VNNI besides F+BW+VL (kernels.cc checks it before selecting this table).
-// Compiled with `#pragma GCC target` after every include (see kernels/kernels_avx2.cc).
+// Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see
+// kernels/kernels_avx2.cc).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -12,9 +13,9 @@
 #include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/table.h"
+#include "kernels/isa_region.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
+SINKQ_ISA_BEGIN("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")
 // GCC 12 false positive (bug 105593): the AVX-512 intrinsics use _mm*_undefined_*() internally.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -152,7 +153,7 @@ void quantize_row(const float* x, int64_t n, float s, int bits, uint8_t* q, cons
 #include "lowbit/gemm_kernels.inc"
 
 #pragma GCC diagnostic pop
-#pragma GCC pop_options
+SINKQ_ISA_END
 
 // Outside the target region: taking the addresses needs no AVX-512.
 namespace sinkq::lowbit::detail {

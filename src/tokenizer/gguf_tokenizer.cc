@@ -57,7 +57,7 @@ namespace {
 using nlohmann::json;
 
 // llama.cpp's token types; the same numbers as sentencepiece's SentencePiece.Type.
-constexpr int32_t kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
+[[maybe_unused]] constexpr int32_t kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
 
 constexpr const char* kModelKey = "tokenizer.ggml.model";
 constexpr const char* kPreKey = "tokenizer.ggml.pre";

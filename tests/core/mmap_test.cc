@@ -1,6 +1,7 @@
 // tests/core/mmap_test.cc — MappedFile, read_file, write_file_atomic, AtomicFileWriter.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -65,6 +66,16 @@ TEST(ReadFile, ReadsAndRejectsDirectories) {
   EXPECT_THAT(error_of([&] { read_file(d.file("missing.txt")); }), HasSubstr(d.file("missing.txt")));
   // std::ifstream would have returned "" for a directory.
   EXPECT_THAT(error_of([&] { read_file(d.path()); }), AllOf(HasSubstr(d.path()), HasSubstr("regular")));
+}
+
+// A named pipe (issue 18: model.safetensors as a FIFO hung `sinkq ppl`) is refused at once by both
+// readers, without blocking in open(2) for a writer that never comes.
+TEST(ReadFile, FifoIsRefusedWithoutBlocking) {
+  TempDir d;
+  const std::string p = d.file("model.safetensors");
+  ASSERT_EQ(::mkfifo(p.c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { read_file(p); }), AllOf(HasSubstr(p), HasSubstr("not a regular file")));
+  EXPECT_THAT(error_of([&] { MappedFile::open(p); }), AllOf(HasSubstr(p), HasSubstr("not a regular file")));
 }
 
 TEST(WriteFileAtomic, WritesReplacesAndLeavesNoTempFile) {

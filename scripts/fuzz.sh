@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Fuzzes sinkq's loaders with libFuzzer (clang-14; ASan + UBSan; fuzz/*.cc):
+#   bash scripts/fuzz.sh [SECONDS] [TARGET...]
+# Each target runs until 1,000,000 executions or SECONDS (default 600), whichever comes first,
+# from a seed corpus of the real files in ../shared (and an artifact written by sinkq quantize).
+# Not part of CI (docs/reliability.md has the counts of the last run). Findings (crash-*, leak-*,
+# timeout-*, oom-*) land in build-fuzz/findings/TARGET/; reproduce one with
+#   build-fuzz/fuzz/TARGET build-fuzz/findings/TARGET/crash-...
+# and keep it as a regression test. Exit status 1 when any target has a finding.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECONDS_PER_TARGET="${1:-600}"
+shift || true
+TARGETS=("$@")
+((${#TARGETS[@]})) || TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf
+                              fuzz_artifact_recipe fuzz_artifact_tensors)
+S=../shared
+[ -d "$S/models/stories260K" ] || { echo "fuzz: ../shared must sit beside the checkout" >&2; exit 1; }
+bash scripts/install-deps.sh clang-14 libclang-rt-14-dev libomp-14-dev
+bash scripts/build.sh >/dev/null  # the Release sinkq writes the seed artifact
+CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINKQ_FUZZ=ON \
+  -DSINKQ_BUILD_TESTS=OFF -DSINKQ_BUILD_BENCH=OFF >/dev/null
+ninja -C build-fuzz fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf fuzz_artifact
+
+# Seed corpora: real files, each below 2 MB (a seed's size bounds every mutated input's).
+C=build-fuzz/corpus
+rm -rf "$C" && mkdir -p "$C"/{safetensors,config,tokenizer_json,tokenizer_model,gguf,artifact_recipe,artifact_tensors}
+seed() {  # seed DIR FILE...: copies the files below 2 MB, named after their path
+  local d="$1"; shift
+  for f in "$@"; do
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 2000000 ] && cp "$f" "$d/$(echo "${f#$S/}" | tr / _)" || true
+  done
+}
+ART=build-fuzz/seed-artifact
+rm -rf "$ART"
+build/src/cli/sinkq quantize -m "$S/models/stories260K" -o "$ART" --preset w8a8 --threads 2 >/dev/null 2>&1
+seed "$C/safetensors" "$S"/models/*/model.safetensors "$ART/model.safetensors"
+seed "$C/config" $(find "$S" -name 'config.json' -o -name '*_config.json')
+seed "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokenizer.json)
+seed "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
+seed "$C/gguf" $(find "$S" -name '*.gguf')
+seed "$C/artifact_recipe" "$ART/sinkq_recipe.json"
+seed "$C/artifact_tensors" "$ART/model.safetensors"
+
+status=0
+printf '%-24s %12s %10s %9s %s\n' target executions exec/s seconds findings
+for t in "${TARGETS[@]}"; do
+  bin="$t" corpus="${t#fuzz_}" env=()
+  case "$t" in
+    fuzz_artifact_recipe) bin=fuzz_artifact env=(SINKQ_FUZZ_ARTIFACT="$ART" SINKQ_FUZZ_FILE=recipe) ;;
+    fuzz_artifact_tensors) bin=fuzz_artifact env=(SINKQ_FUZZ_ARTIFACT="$ART" SINKQ_FUZZ_FILE=tensors) ;;
+  esac
+  F="build-fuzz/findings/$t"
+  rm -rf "$F" && mkdir -p "$F"
+  log="build-fuzz/$t.log"
+  start=$(date +%s)
+  env "${env[@]}" OMP_NUM_THREADS=1 "build-fuzz/fuzz/$bin" "$C/$corpus" -runs=1000000 \
+    -max_total_time="$SECONDS_PER_TARGET" -timeout=10 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$F/" >"$log" 2>&1 || true
+  secs=$(( $(date +%s) - start ))
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  speed=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+  n=$(find "$F" -type f | wc -l)
+  ((n == 0)) || status=1
+  printf '%-24s %12s %10s %9s %s\n' "$t" "${runs:-0}" "${speed:-0}" "$secs" "$n"
+done
+exit $status

@@ -2,6 +2,7 @@
 # Fuzzes sinkq's loaders with libFuzzer (clang-14; ASan + UBSan; fuzz/*.cc):
 #   bash scripts/fuzz.sh [SECONDS] [TARGET...]
 # Each target runs until 1,000,000 executions or SECONDS (default 600), whichever comes first,
+# on one core (two runs with different TARGETs may go side by side once the first has built),
 # from a seed corpus of the real files in ../shared (and an artifact written by sinkq quantize).
 # Not part of CI (docs/reliability.md has the counts of the last run). Findings (crash-*, leak-*,
 # timeout-*, oom-*) land in build-fuzz/findings/TARGET/; reproduce one with
@@ -22,25 +23,28 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=
   -DSINKQ_BUILD_TESTS=OFF -DSINKQ_BUILD_BENCH=OFF >/dev/null
 ninja -C build-fuzz fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf fuzz_artifact
 
-# Seed corpora: real files, each below 2 MB (a seed's size bounds every mutated input's).
-C=build-fuzz/corpus
+# Seed corpora: the real files in ../shared below a size cap, and, for the large kinds, the same
+# files cut to their first 300 tokens / their small tensors (scripts/fuzz_seeds.py): a seed's size
+# bounds every mutated input's, and a 2 MB tokenizer.json parses ~100 times a second under ASan.
+C=build-fuzz/corpus-$$  # per run: two runs with different targets may go side by side
+ART=build-fuzz/seed-artifact-$$
+trap 'rm -rf "$C" "$ART"' EXIT
 rm -rf "$C" && mkdir -p "$C"/{safetensors,config,tokenizer_json,tokenizer_model,gguf,artifact_recipe,artifact_tensors}
-seed() {  # seed DIR FILE...: copies the files below 2 MB, named after their path
-  local d="$1"; shift
+seed() {  # seed MAX_BYTES DIR FILE...: copies the files below MAX_BYTES, named after their path
+  local max="$1" d="$2"; shift 2
   for f in "$@"; do
-    [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt 2000000 ] && cp "$f" "$d/$(echo "${f#$S/}" | tr / _)" || true
+    [ -f "$f" ] && [ "$(stat -c %s "$f")" -lt "$max" ] && cp "$f" "$d/$(echo "${f#$S/}" | tr / _)" || true
   done
 }
-ART=build-fuzz/seed-artifact
-rm -rf "$ART"
 build/src/cli/sinkq quantize -m "$S/models/stories260K" -o "$ART" --preset w8a8 --threads 2 >/dev/null 2>&1
-seed "$C/safetensors" "$S"/models/*/model.safetensors "$ART/model.safetensors"
-seed "$C/config" $(find "$S" -name 'config.json' -o -name '*_config.json')
-seed "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokenizer.json)
-seed "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
-seed "$C/gguf" $(find "$S" -name '*.gguf')
-seed "$C/artifact_recipe" "$ART/sinkq_recipe.json"
-seed "$C/artifact_tensors" "$ART/model.safetensors"
+python3 scripts/fuzz_seeds.py "$C/safetensors" "$S"/models/*/model.safetensors
+python3 scripts/fuzz_seeds.py "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokenizer.json)
+python3 scripts/fuzz_seeds.py "$C/gguf" $(find "$S/tokenizers" -name '*.gguf')
+seed 100000 "$C/config" $(find "$S" -name 'config.json' -o -name '*_config.json')
+seed 100000 "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokenizer.json)
+seed 1000000 "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
+seed 1000000 "$C/artifact_recipe" "$ART/sinkq_recipe.json"
+seed 1000000 "$C/artifact_tensors" "$ART/model.safetensors"
 
 status=0
 printf '%-24s %12s %10s %9s %s\n' target executions exec/s seconds findings

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Builds the input-facing and ISA-sensitive test layers with AddressSanitizer + UndefinedBehavior-
 # Sanitizer (gcc; build-asan/) and runs them: core, formats, io, tokenizer (every loader and
-# parser), kernels, lowbit (every SIMD kernel against its scalar reference), runtime (the artifact
-# loader and the packed model). Any report fails the test that triggered it (halt_on_error; no
-# recovery). On an AVX-512 host the kernel layers run a second time on the AVX2 path. Called by
-# scripts/test.sh (CI); SINKQ_SANITIZE_LAYERS overrides the layer list.
+# parser), kernels, lowbit (every SIMD kernel against its scalar reference). Any report fails the
+# test that triggered it (halt_on_error; no recovery). On an AVX-512 host the kernel layers run a
+# second time on the AVX2 path. Called by scripts/test.sh (CI). SINKQ_SANITIZE_LAYERS overrides
+# the layer list: "... runtime" adds the artifact loader and the packed model (clean on
+# 2026-11-26: 326 tests, but ~9 more minutes on 2 cores, past CI's budget; the loader is fuzzed
+# under ASan by scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-layers="${SINKQ_SANITIZE_LAYERS:-core formats io tokenizer kernels lowbit runtime}"
+layers="${SINKQ_SANITIZE_LAYERS:-core formats io tokenizer kernels lowbit}"
 bash scripts/install-deps.sh
 # -O1: a third of -O3's compile time, and sanitizer reports keep their line numbers.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \

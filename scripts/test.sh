@@ -24,3 +24,7 @@ fi
 # The scalar reference kernels under the model-level tests of the kernel layers.
 echo "test: scalar kernel path (SINKQ_ISA=scalar): kernels, lowbit"
 SINKQ_ISA=scalar ctest --test-dir build --output-on-failure -j"$(nproc)" -L '^(kernels|lowbit)$'
+# The loaders, parsers and kernels again under AddressSanitizer + UndefinedBehaviorSanitizer
+# (docs/reliability.md).
+echo "test: ASan + UBSan build of the input-facing and ISA-sensitive layers (scripts/sanitize.sh)"
+bash scripts/sanitize.sh

@@ -369,7 +369,8 @@ QuantizedModel load_artifact(const std::string& dir) {
       L.bad_field("tensors", fmt::format("lists '{}', which {} does not hold", name, L.tensors_path));
   for (const TensorInfo* t : L.store.all()) {
     const std::string path = "tensors." + t->name;
-    if (!inv.contains(t->name)) L.bad_field("tensors", fmt::format("does not list '{}' ({} holds it)", t->name, L.tensors_path));
+    if (!inv.contains(t->name))
+      L.bad_field("tensors", fmt::format("does not list '{}' ({} holds it)", t->name, L.tensors_path));
     const json& e = inv.at(t->name);
     const std::string dtype = t->raw_dtype.empty() ? std::string(dtype_name(t->dtype)) : t->raw_dtype;
     if (L.get_str(e, path, "dtype") != dtype || L.field(e, path, "shape") != json(t->shape))

@@ -149,6 +149,15 @@ TEST_F(TokErrors, RegexMatchLimitNamesTheFile) {
   EXPECT_THAT(msg, HasSubstr("limit"));
 }
 
+// A number JSON allows but a double cannot hold (fuzz finding, fuzz_tokenizer_json): an error
+// naming the file, not nlohmann's out_of_range escaping the loader.
+TEST_F(TokErrors, NumberOverflowIsMalformedJson) {
+  write_doc(R"({"version": "1.0", "model": {"type": "BPE", "dropout": 44E444444444444444444}})");
+  const std::string msg = error_of([&] { Tokenizer::load(dir_.path()); });
+  EXPECT_THAT(msg, HasSubstr(dir_.file("tokenizer.json")));
+  EXPECT_THAT(msg, HasSubstr("malformed JSON"));
+}
+
 TEST_F(TokErrors, MalformedTokenizerConfig) {
   write_doc(minimal_doc().dump());
   write_file_atomic(dir_.file("tokenizer_config.json"), "{not json");

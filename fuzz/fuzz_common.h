@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 
@@ -51,6 +52,15 @@ void expect_only_sinkq_errors(F&& fn) {
     fn();
   } catch (const sinkq::Error&) {
   }
+}
+
+// What an accepted tokenizer must survive: encode a mixed text (double space, digits, accents,
+// CJK, an emoji, special-token spellings, control characters) and decode the ids.
+template <class Tok>
+void exercise(const Tok& t) {
+  const std::vector<int32_t> ids = t.encode("Hello  world, 1234 caf\u00e9 \u4e2d\u6587 \U0001F600 <s></s>\n\tend");
+  (void)t.decode(ids);
+  (void)t.decode_bytes(ids, false);
 }
 
 }  // namespace sinkq::fuzz

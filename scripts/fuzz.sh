@@ -42,7 +42,7 @@ python3 scripts/fuzz_seeds.py "$C/tokenizer_json" $(find "$S/models" "$S/tokeniz
 python3 scripts/fuzz_seeds.py "$C/gguf" $(find "$S/tokenizers" -name '*.gguf')
 seed 100000 "$C/config" $(find "$S" -name 'config.json' -o -name '*_config.json')
 seed 100000 "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokenizer.json)
-seed 1000000 "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
+seed 100000 "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
 seed 1000000 "$C/artifact_recipe" "$ART/sinkq_recipe.json"
 seed 1000000 "$C/artifact_tensors" "$ART/model.safetensors"
 

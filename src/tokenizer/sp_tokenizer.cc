@@ -2,6 +2,7 @@
 #include <sentencepiece_processor.h>
 
 #include "core/error.h"
+#include "core/mmap.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/special_config.h"
 #include "tokenizer/tokenizer_impl.h"
@@ -52,12 +53,20 @@ class SpTokenizer final : public Tokenizer {
 
 void SpTokenizer::load_file() {
   SINKQ_CHECK(file_exists(path_), "{}: sentencepiece model not found", path_);
-  const auto st = sp_.Load(path_);
-  SINKQ_CHECK(st.ok(), "{}: not a valid sentencepiece model: {}", path_, st.ToString());
+  // Read by sinkq (read_file refuses a FIFO or a directory; sentencepiece's own ifstream would
+  // block on a FIFO), parsed by sentencepiece.
+  load_proto(read_file(path_));
 }
 
 void SpTokenizer::load_proto(std::string_view serialized) {
-  const auto st = sp_.LoadFromSerializedProto(serialized);
+  sentencepiece::util::Status st;
+  try {
+    st = sp_.LoadFromSerializedProto(serialized);
+  } catch (const std::exception& e) {
+    // libsentencepiece throws from its trie builder (darts: "failed to insert key: zero-length
+    // key" for an empty piece; a fuzz finding that escaped as a bare library exception).
+    fail("{}: not a valid sentencepiece model: {}", path_, e.what());
+  }
   SINKQ_CHECK(st.ok(), "{}: not a valid sentencepiece model: {}", path_, st.ToString());
 }
 

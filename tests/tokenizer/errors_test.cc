@@ -158,6 +158,17 @@ TEST_F(TokErrors, NumberOverflowIsMalformedJson) {
   EXPECT_THAT(msg, HasSubstr("malformed JSON"));
 }
 
+// A sentencepiece model with an empty piece (50 bytes, fuzz finding, fuzz_tokenizer_model):
+// libsentencepiece's trie builder throws its own exception ("zero-length key"); sinkq's error
+// names the file.
+TEST_F(TokErrors, SentencepieceLibraryExceptionNamesTheFile) {
+  const unsigned char bytes[] = {0x0a, 0x0e, 0x0a, 0x05, 0x3c, 0x75, 0x6e, 0x6b, 0x3e, 0x15, 0x38, 0x00, 0x00, 0x00, 0x18, 0x02, 0x0a, 0x0c, 0x0a, 0x03, 0x00, 0x00, 0x00, 0x18, 0x43, 0x2d, 0x0f, 0x0a, 0x06, 0x3c, 0x35, 0x78, 0x31, 0x31, 0x3e, 0x15, 0x00, 0x00, 0x00, 0x79, 0x12, 0x00, 0x18, 0x01, 0x20, 0x00, 0x28, 0x01, 0x32, 0x00};
+  write_file_atomic(dir_.file("tokenizer.model"), std::string(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  const std::string msg = error_of([&] { Tokenizer::from_sentencepiece(dir_.file("tokenizer.model")); });
+  EXPECT_THAT(msg, HasSubstr(dir_.file("tokenizer.model")));
+  EXPECT_THAT(msg, HasSubstr("not a valid sentencepiece model"));
+}
+
 TEST_F(TokErrors, MalformedTokenizerConfig) {
   write_doc(minimal_doc().dump());
   write_file_atomic(dir_.file("tokenizer_config.json"), "{not json");

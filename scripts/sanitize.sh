@@ -5,8 +5,9 @@
 # test that triggered it (halt_on_error; no recovery). On an AVX-512 host the kernel layers run a
 # second time on the AVX2 path. Called by scripts/test.sh (CI). SINKQ_SANITIZE_LAYERS overrides
 # the layer list: "... runtime" adds the artifact loader and the packed model (clean on
-# 2026-11-26: 326 tests, but ~9 more minutes on 2 cores, past CI's budget; the loader is fuzzed
-# under ASan by scripts/fuzz.sh).
+# 2026-11-26: 326 tests, 16 minutes with the build on 2 cores, past CI's budget: runtime pulls
+# in model, quant, calib and train and the SmolLM2 simulator comparisons; the loader is fuzzed
+# under ASan by scripts/fuzz.sh instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 layers="${SINKQ_SANITIZE_LAYERS:-core formats io tokenizer kernels lowbit}"

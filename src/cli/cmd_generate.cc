@@ -67,8 +67,11 @@ void register_generate(CLI::App& app) {
                   prompt.size(), o->n, need, max_pos);
     const int64_t ctx = o->ctx > 0 ? o->ctx : need;
     SINKQ_CHECK(ctx >= need, "--ctx {} is smaller than prompt + -n = {}", ctx, need);
-    SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix ({}) exceeds the model's {} positions: use --ctx {} or less",
-                ctx, P, prefix_name, max_pos, max_pos - P);
+    if (P > 0)
+      SINKQ_CHECK(ctx + P <= max_pos, "--ctx {} plus the {}-token prefix ({}) exceeds the model's {} positions: use --ctx {} or less",
+                  ctx, P, prefix_name, max_pos, max_pos - P);
+    else  // (was "plus the 0-token prefix (--prefix )" when no prefix was given)
+      SINKQ_CHECK(ctx <= max_pos, "--ctx {} exceeds the model's {} positions", ctx, max_pos);
     const std::unique_ptr<Session> session = engine->new_session(ctx);
     GenerateOptions go;
     go.max_new_tokens = o->n;

@@ -174,6 +174,10 @@ TEST(CliErrors, ContextLongerThanPositions) {
                     "--ctx", "4096"}),
                {"--ctx", "512"});
   expect_error(run({"generate", "-m", stories(), "-p", "Once", "-n", "1000"}), {"-n", "512"});
+  // No prefix given: the message does not speak of one (was "plus the 0-token prefix (--prefix )").
+  const RunResult r = run({"generate", "-m", stories(), "-p", "Once", "-n", "3", "--ctx", "513"});
+  expect_error(r, {"--ctx 513 exceeds the model's 512 positions"});
+  EXPECT_EQ(r.err.find("prefix"), std::string::npos) << r.err;
 }
 
 TEST(CliErrors, BadFlagValues) {

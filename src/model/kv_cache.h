@@ -26,6 +26,11 @@ class KVCache {
   int64_t capacity() const { return capacity_; }
   int64_t kv_dim() const { return kv_dim_; }
   void clear() { size_ = 0; }
+  // Drops the rows from `rows` on (a rewind: later rows are written over them).
+  void truncate(int64_t rows) {
+    SINKQ_ASSERT(rows >= 0 && rows <= size_);
+    size_ = rows;
+  }
   // Commit T rows written at [size, size + T).
   void advance(int64_t T) {
     SINKQ_ASSERT(size_ + T <= capacity_);

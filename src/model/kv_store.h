@@ -28,6 +28,10 @@ class KvStore {
   // site hooks. Forward then forms no post-RoPE keys and runs no k site; attention() applies RoPE
   // (and the R3 rotation a k-site hook would have) itself. Default: after RoPE and the k site.
   virtual bool keys_before_rope() const { return false; }
+  // Whether write() may start again at an earlier row than the last one written (a rewind: the
+  // rows from there on are dropped). False for a store whose state depends on the rows in order
+  // (the int8 ring of --kv-recent); Forward::truncate refuses such a store.
+  virtual bool rewindable() const { return true; }
   // Stores k, v [T, kv_dim] fp32 at body rows [row0, row0 + T) of `layer` (overwriting).
   virtual void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) = 0;
   // Causal attention of q [T, n_heads, head_dim] at body rows n_past.. (absolute positions

@@ -183,6 +183,15 @@ std::span<const float> Forward::step(std::span<const int32_t> tokens, bool all_l
   return logits_;
 }
 
+void Forward::truncate(int64_t rows) {
+  SINKQ_CHECK(rows >= 0 && rows <= body_size(), "Forward::truncate: {} rows asked, {} in the cache", rows, body_size());
+  SINKQ_CHECK(rewindable(), "the KV store ({}) cannot be rewound to an earlier row", store_->describe());
+  if (store_)
+    store_rows_ = rows;
+  else
+    cache_.truncate(rows);
+}
+
 void Forward::set_prefix(std::shared_ptr<const KvPrefix> prefix) {
   SINKQ_CHECK(body_size() == 0, "a KV prefix can only be set between sequences ({} body tokens are in the cache)",
               body_size());

@@ -64,6 +64,11 @@ class Forward {
     cache_.clear();
     store_rows_ = 0;
   }
+  // Keeps the first `rows` body rows and drops the rest, so the next step() continues after them
+  // (scoring several continuations of one context computes the context once). 0 <= rows <=
+  // body_size(), and a KV store must be rewindable(); else sinkq::Error.
+  void truncate(int64_t rows);
+  bool rewindable() const { return !store_ || store_->rewindable(); }
   // Body rows in the cache (or the KV store).
   int64_t body_size() const { return store_ ? store_rows_ : cache_.size(); }
   // Body rows the cache (or the KV store) can hold.

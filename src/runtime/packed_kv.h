@@ -113,6 +113,9 @@ class CodebookKvStore final : public KvStore {
   size_t bytes() const override { return cache_.bytes() + (ring_ ? ring_->bytes() : 0); }
   std::string describe() const override;
   bool keys_before_rope() const override { return pre_rope_; }
+  // The recent window's ring holds the last W rows written, so a rewind would read rows it no
+  // longer has; without a window the codebook body drops what lies past the row written.
+  bool rewindable() const override { return !ring_; }
   void write(int layer, int64_t row0, const float* k, const float* v, int64_t T) override;
   void attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
                  int64_t T, float* out) const override;

@@ -245,5 +245,65 @@ TEST(CodebookKvStore, RefusesAnIntegerRecipe) {
   EXPECT_NE(testing::error_of([&] { CodebookKvScheme::from_sim(sm); }).find("not a codebook"), std::string::npos);
 }
 
+// ---- rewinding a sequence (Forward::truncate: one context, several continuations) -------------
+
+// Logits of `cont` after `ctx` when the body was first filled with ctx + `other` and rewound to
+// ctx, against a fresh ctx then cont (the same steps, so the same bits): the rows past the rewind
+// point are really dropped and written over, in the fp32 cache, the int8 / int4 packed stores and
+// the codebook store with its sparse outliers (whose CSR is cut at the rewind row).
+std::vector<float> after_rewind(Forward& f, const std::vector<int32_t>& ctx, const std::vector<int32_t>& other,
+                                const std::vector<int32_t>& cont, bool rewind) {
+  f.reset();
+  f.step(ctx, false);
+  if (rewind) {
+    f.step(other, true);
+    f.truncate(int64_t(ctx.size()));
+    EXPECT_EQ(f.body_size(), int64_t(ctx.size()));
+  }
+  const auto l = f.step(cont, true);
+  return {l.begin(), l.end()};
+}
+
+TEST(Rewind, EveryRewindableStoreDropsTheRowsPastIt) {
+  const auto m = testing::stories260k();
+  const std::vector<int32_t> all = testing::prompt(40, 11);
+  const std::vector<int32_t> ctx(all.begin(), all.begin() + 20), other(all.begin() + 20, all.begin() + 32),
+      cont(all.begin() + 32, all.end());
+  const quant::SimModel sm = quant::build_sim(m, kvq(3, quant::KvCodebook::Nf, 0.05), samples(2, 32));
+  auto fp32 = std::make_unique<Forward>(m, 64);
+  auto kv8 = std::make_unique<Forward>(m, 64);
+  KvScheme s8;
+  s8.bits = 8;
+  attach_packed_kv(*kv8, s8);
+  auto kv4 = std::make_unique<Forward>(m, 64);
+  KvScheme s4;
+  s4.bits = 4;
+  attach_packed_kv(*kv4, s4);
+  const std::unique_ptr<Forward> codebook = store_forward(sm, 64);
+  for (Forward* f : {fp32.get(), kv8.get(), kv4.get(), codebook.get()}) {
+    SCOPED_TRACE(f->kv_store() ? f->kv_store()->describe() : "fp32 cache");
+    ASSERT_TRUE(f->rewindable());
+    const std::vector<float> fresh = after_rewind(*f, ctx, other, cont, false);
+    const std::vector<float> rewound = after_rewind(*f, ctx, other, cont, true);
+    EXPECT_TRUE(bit_equal(fresh, rewound)) << testing::rel_diff(fresh, rewound);
+    // And the rows written past the rewind point did matter: without the rewind they would be read.
+    f->reset();
+    f->step(ctx, false);
+    f->step(other, false);
+    const auto l = f->step(cont, true);
+    EXPECT_FALSE(bit_equal(fresh, std::vector<float>(l.begin(), l.end())));
+    EXPECT_NE(testing::error_of([&] { f->truncate(f->body_size() + 1); }).find("rows asked"), std::string::npos);
+  }
+  // The --kv-recent ring holds the last W rows written: a rewind would read rows it no longer has.
+  auto ring = std::make_unique<Forward>(sm.model, 64);
+  sm.attach_hooks(*ring, /*kv_codecs=*/false);
+  CodebookKvScheme scheme = CodebookKvScheme::from_sim(sm);
+  scheme.recent = 4;
+  attach_codebook_kv(*ring, scheme);
+  EXPECT_FALSE(ring->rewindable());
+  ring->step(ctx, false);
+  EXPECT_NE(testing::error_of([&] { ring->truncate(5); }).find("cannot be rewound"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sinkq::runtime

@@ -126,5 +126,7 @@ std::vector<std::pair<std::string, std::string>> report_svgs(const AnalyzeReport
 void write_report_dir(const AnalyzeReport& r, const nlohmann::json& report, const std::string& dir);
 // The check write_report_dir starts with, for failing before any work is done.
 void check_output_dir(const std::string& dir);
+// The same for any set of (file name, contents): every output directory of sinkq (analyze, eval).
+void write_output_dir(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files);
 
 }  // namespace sinkq

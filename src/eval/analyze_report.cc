@@ -294,7 +294,7 @@ void check_output_dir(const std::string& dir) {
               parent.string());
 }
 
-void write_report_dir(const AnalyzeReport& r, const json& report, const std::string& dir) {
+void write_output_dir(const std::string& dir, const std::vector<std::pair<std::string, std::string>>& files) {
   check_output_dir(dir);
   const fs::path p = normalized(dir);
   const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
@@ -305,9 +305,7 @@ void write_report_dir(const AnalyzeReport& r, const json& report, const std::str
   SINKQ_CHECK(fs::create_directory(tmp, ec) && !ec, "output directory '{}': cannot create '{}': {}", dir,
               tmp.string(), ec ? ec.message() : "it exists");
   try {
-    write_file_atomic((tmp / "report.json").string(),
-                      report.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
-    for (const auto& [name, content] : report_svgs(r)) write_file_atomic((tmp / name).string(), content);
+    for (const auto& [name, content] : files) write_file_atomic((tmp / name).string(), content);
     // rename(2) replaces an empty directory; a non-empty one (created meanwhile) fails.
     fs::rename(tmp, p, ec);
     SINKQ_CHECK(!ec, "output directory '{}': cannot move '{}' into place: {}", dir, tmp.string(), ec.message());
@@ -316,6 +314,13 @@ void write_report_dir(const AnalyzeReport& r, const json& report, const std::str
     fs::remove_all(tmp, ignored);
     throw;
   }
+}
+
+void write_report_dir(const AnalyzeReport& r, const json& report, const std::string& dir) {
+  check_output_dir(dir);
+  std::vector<std::pair<std::string, std::string>> files = report_svgs(r);
+  files.insert(files.begin(), {"report.json", report.dump(2, ' ', false, json::error_handler_t::replace) + "\n"});
+  write_output_dir(dir, files);
 }
 
 }  // namespace sinkq

@@ -24,19 +24,12 @@ bool looks_like_jsonl(std::string_view text) {
 
 }  // namespace
 
-CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOptions& opt) {
-  SINKQ_CHECK(opt.samples >= 1, "calibration: the number of samples must be >= 1 (got {})", opt.samples);
-  SINKQ_CHECK(opt.len >= 2, "calibration: the sample length must be >= 2 tokens (got {})", opt.len);
+std::vector<std::string> read_documents(const std::string& path, std::string* format) {
   const std::string text = read_text_file(path);
   SINKQ_CHECK(!text.empty(), "calibration file '{}' is empty", path);
-
-  CalibSet set;
-  set.file = path;
-  set.options = opt;
-  set.bos = opt.bos && tok.bos_id() >= 0;
   std::vector<std::string> docs;
   if (looks_like_jsonl(text)) {
-    set.format = "jsonl";
+    *format = "jsonl";
     size_t pos = 0;
     int64_t line_no = 0;
     while (pos < text.size()) {
@@ -54,9 +47,20 @@ CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOp
       docs.push_back(it->get<std::string>());
     }
   } else {
-    set.format = "text";
+    *format = "text";
     docs.push_back(text);
   }
+  return docs;
+}
+
+CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOptions& opt) {
+  SINKQ_CHECK(opt.samples >= 1, "calibration: the number of samples must be >= 1 (got {})", opt.samples);
+  SINKQ_CHECK(opt.len >= 2, "calibration: the sample length must be >= 2 tokens (got {})", opt.len);
+  CalibSet set;
+  set.file = path;
+  set.options = opt;
+  set.bos = opt.bos && tok.bos_id() >= 0;
+  std::vector<std::string> docs = read_documents(path, &set.format);
   set.documents = int64_t(docs.size());
 
   EncodeOptions raw;

@@ -43,5 +43,8 @@ struct CalibSet {
 };
 
 CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOptions& opt);
+// The documents of a file in the formats above (jsonl: one per line; text: the whole file);
+// *format = "jsonl" or "text". Errors as above.
+std::vector<std::string> read_documents(const std::string& path, std::string* format);
 
 }  // namespace sinkq

@@ -67,16 +67,53 @@ std::string render_system_prompt(const std::string& model_dir, std::string_view 
 }
 
 std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system) {
-  const std::string sys(system);
-  if (tpl.find("<|start_header_id|>") != std::string::npos)  // Llama-3
-    return "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n" + sys + "<|eot_id|>";
-  if (tpl.find("<|im_start|>") != std::string::npos)  // ChatML (Qwen2, SmolLM2)
-    return "<|im_start|>system\n" + sys + "<|im_end|>\n";
-  if (tpl.find("<<SYS>>") != std::string::npos) {  // Llama-2: BOS comes from the tokenizer
-    return "[INST] <<SYS>>\n" + sys + "\n<</SYS>>\n\n";
+  return render_chat(tpl, source, {{"system", std::string(system)}}, false);
+}
+
+std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& r = messages[i].role;
+    SINKQ_CHECK(r == "user" || r == "assistant" || (r == "system" && i == 0),
+                "chat message {}: role '{}' (expected system first, then user / assistant)", i, r);
   }
-  fail("{}: the chat template is not one sinkq can render a system prompt for (Llama-2, Llama-3, ChatML); "
-       "write the prompt out with --prefix text:...",
+  std::string out;
+  if (tpl.find("<|start_header_id|>") != std::string::npos) {  // Llama-3
+    out = "<|begin_of_text|>";
+    for (const ChatMessage& m : messages)
+      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
+    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    return out;
+  }
+  if (tpl.find("<|im_start|>") != std::string::npos) {  // ChatML (Qwen2, SmolLM2)
+    for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    if (add_generation_prompt) out += "<|im_start|>assistant\n";
+    return out;
+  }
+  if (tpl.find("<<SYS>>") != std::string::npos) {  // Llama-2: BOS comes from the tokenizer
+    // "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]": the system text opens the
+    // first user turn; every assistant turn ends with </s> and the next user turn opens with <s>.
+    size_t i = 0;
+    bool first = true;
+    if (!messages.empty() && messages[0].role == "system") {
+      out = "[INST] <<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n";
+      i = 1;
+      if (i == messages.size()) return out;  // the system part alone (IntactKV[P])
+    }
+    for (; i < messages.size(); ++i) {
+      const ChatMessage& m = messages[i];
+      if (m.role == "user") {
+        if (out.empty() || !first) out += (first ? "" : "<s>") + std::string("[INST] ");
+        out += m.content + " [/INST]";
+      } else {
+        out += " " + m.content + " </s>";
+      }
+      first = false;
+    }
+    return out;
+  }
+  fail("{}: the chat template is not one sinkq can render (Llama-2, Llama-3, ChatML); write the prompt out with "
+       "--prefix text:...",
        source);
 }
 

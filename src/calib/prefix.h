@@ -68,6 +68,17 @@ std::string render_system_prompt(const std::string& model_dir, std::string_view 
 // The same from a template string (`source` names where it came from, for the error).
 std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system);
 
+// A conversation rendered by the family of chat template `tpl` (the same three as above; anything
+// else: sinkq::Error naming `source`), with the assistant's header after it when
+// add_generation_prompt. Roles: system (first only), user, assistant. render_system_prompt_with is
+// this with the system message alone. A family's default system prompt (SmolLM2 inserts one when
+// the first message is not a system turn) is not added: give the system message.
+struct ChatMessage {
+  std::string role, content;
+};
+std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
+                        bool add_generation_prompt);
+
 struct FoundPrefix {
   std::vector<int32_t> tokens;
   int o = 0;                      // ⌈max_l mean count_l⌉

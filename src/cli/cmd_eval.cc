@@ -1,5 +1,7 @@
 // sinkq eval -m DIR|ARTIFACT|GGUF --tasks piqa,arc_easy,...|all [--limit N] [--data DIR] [--ctx C]
-//            [--samples] [--ppl NAME=FILE,..] [--ppl-ctx N] [--ppl-windows K] [--kld] [--json] [--out DIR]
+//            [--samples] [--ppl NAME=FILE,..] [--ppl-ctx N] [--ppl-windows K] [--kld]
+//            [--passkey L,..] [--passkey-depths D,..] [--passkey-trials N] [--passkey-seed S]
+//            [--chat N] [--chat-data FILE] [--chat-system TEXT] [--json] [--out DIR]
 //            + the quantization / rotation / calibration / prefix flags of cli/quant_flags.h
 // Zero-shot multiple-choice accuracy as lm-evaluation-harness v0.4 computes it (eval/tasks.h;
 // prompts and conventions in docs/eval.md), on the simulated model of the flags or on an
@@ -7,6 +9,9 @@
 // prefix (PrefixQuant, IntactKV) sits in front of every request. --ppl adds perplexities of text
 // files (as `sinkq ppl` computes them: the gptq protocol, or prefix behind a KV prefix) and --kld
 // their KL divergence to the full-precision model, so one calibration serves a whole table row.
+// --passkey runs passkey retrieval (eval/passkey.h) at those prompt lengths and depths; --chat the
+// chat-quality proxy of IntactKV[P] (eval/chat_proxy.h: KLD and top-1 agreement with the fp model
+// over chat responses; behind --prefix system:TEXT for the intact system-prompt KV).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -18,6 +23,8 @@
 #include "cli/commands.h"
 #include "cli/quant_flags.h"
 #include "eval/analyze.h"
+#include "eval/chat_proxy.h"
+#include "eval/passkey.h"
 #include "eval/svg.h"
 #include "eval/tasks.h"
 #include "sinkq/engine.h"
@@ -69,6 +76,11 @@ void register_eval(CLI::App& app) {
     bool samples = false, kld = false;
     std::vector<std::string> ppl;
     int64_t ppl_ctx = 512, ppl_windows = 16;
+    std::vector<std::string> passkey;
+    std::vector<std::string> passkey_depths = {"0", "0.25", "0.5", "0.75", "1"};
+    int passkey_trials = 3;
+    uint64_t passkey_seed = 0;
+    ChatProxyOptions chat{.data = "../shared/data/c4/c4_train_00000_first1000.jsonl", .conversations = 0};
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -92,6 +104,22 @@ void register_eval(CLI::App& app) {
       ->capture_default_str()
       ->check(decimal_in(0, INT32_MAX));
   cmd->add_flag("--kld", o->kld, "With --ppl: KL(p_fp || p) on the same windows (runs the fp model too)");
+  cmd->add_option("--passkey", o->passkey, "Passkey retrieval at these prompt lengths in tokens (comma-separated)")
+      ->delimiter(',');
+  cmd->add_option("--passkey-depths", o->passkey_depths, "Depths of the key in the filler, each in [0, 1]")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--passkey-trials", o->passkey_trials, "Keys per (length, depth)")
+      ->capture_default_str()
+      ->check(decimal_in(1, 1000000));
+  cmd->add_option("--passkey-seed", o->passkey_seed, "Seed of the keys")->capture_default_str()->check(decimal_u64());
+  cmd->add_option("--chat", o->chat.conversations,
+                  "Chat-quality proxy over N conversations: KLD and top-1 agreement with the fp model on the responses")
+      ->check(decimal_in(1, 100000));
+  cmd->add_option("--chat-data", o->chat.data, "Documents the conversations are built from (jsonl with \"text\", or text)")
+      ->capture_default_str();
+  cmd->add_option("--chat-system", o->chat.system, "The conversations' system prompt (give the same to --prefix system:)")
+      ->capture_default_str();
   cmd->add_option("--out", o->out,
                   "Also write results.json (with every item), results.csv, results.md and acc.svg into this new (or "
                   "empty) directory, atomically");
@@ -101,7 +129,19 @@ void register_eval(CLI::App& app) {
     apply_threads(*o);
     if (qf->dump_if_asked()) return;
     const std::vector<McTaskInfo> tasks = o->tasks.empty() ? std::vector<McTaskInfo>{} : parse_mc_tasks(o->tasks);
-    SINKQ_CHECK(!tasks.empty() || !o->ppl.empty(), "nothing to evaluate: give --tasks and/or --ppl");
+    SINKQ_CHECK(!tasks.empty() || !o->ppl.empty() || !o->passkey.empty() || o->chat.conversations > 0,
+                "nothing to evaluate: give --tasks, --ppl, --passkey and/or --chat");
+    PasskeyOptions pk;
+    for (const std::string& l : o->passkey) pk.lengths.push_back(parse_decimal(l, 1, INT32_MAX, "--passkey"));
+    for (const std::string& d : o->passkey_depths) {
+      char* end = nullptr;
+      const double v = std::strtod(d.c_str(), &end);
+      SINKQ_CHECK(!d.empty() && end == d.c_str() + d.size() && v >= 0 && v <= 1,
+                  "--passkey-depths: '{}' is not a number in [0, 1]", d);
+      pk.depths.push_back(v);
+    }
+    pk.trials = o->passkey_trials;
+    pk.seed = o->passkey_seed;
     SINKQ_CHECK(!o->kld || !o->ppl.empty(), "--kld needs --ppl (the KL divergence is taken over its windows)");
     std::vector<std::pair<std::string, std::string>> ppl_files;
     for (const std::string& a : o->ppl) {
@@ -138,6 +178,14 @@ void register_eval(CLI::App& app) {
         throw Error(fmt::format("--ppl {}: {}", name, e.what()));
       }
     }
+    std::vector<ChatSample> chat;
+    if (o->chat.conversations > 0) {
+      try {
+        chat = chat_samples(*pv.tokenizer, o->chat);
+      } catch (const Error& e) {
+        throw Error(fmt::format("--chat: {}", e.what()));
+      }
+    }
     oo.tokenizer = pv.tokenizer;
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, engine->max_context());
@@ -162,6 +210,74 @@ void register_eval(CLI::App& app) {
     }
     double avg = 0, seconds = 0;
     for (const McTaskResult& r : results) avg += r.acc / double(results.size()), seconds += r.seconds;
+
+    nlohmann::json passkey_json;
+    std::string passkey_md;
+    svg::Heatmap passkey_map;
+    if (!pk.lengths.empty()) {
+      int64_t longest = 0;
+      for (int64_t L : pk.lengths) longest = std::max(longest, L);
+      SINKQ_CHECK(longest + 8 <= engine->max_context(),
+                  "--passkey {} + 8 answer tokens does not fit: the model leaves {} positions{}", longest,
+                  engine->max_context(),
+                  engine->prefix_size() ? fmt::format(" after its {}-token prefix", engine->prefix_size()) : "");
+      pk.add_bos = engine->tokenizer().add_bos() && !engine->prefix_has_bos();
+      pk.stop_ids = engine->stop_ids();
+      const std::unique_ptr<Session> ks = engine->new_session(longest + 8);
+      const PasskeyResult r = run_passkey(ks->forward(), engine->tokenizer(), pk,
+                                          [](int64_t done, int64_t total) { progress("eval: passkey", done, total); });
+      seconds += r.seconds;
+      passkey_json = r.to_json();
+      passkey_md = "\n| passkey: tokens \\ depth |";
+      std::string rule = "\n|---:|";
+      passkey_map.title = fmt::format("passkey retrieval: {}", engine->describe());
+      passkey_map.x_label = "depth of the key";
+      passkey_map.y_label = "prompt tokens";
+      for (double d : pk.depths) {
+        passkey_md += fmt::format(" {:g} |", d);
+        rule += "---:|";
+        passkey_map.cols.push_back(fmt::format("{:g}", d));
+      }
+      passkey_md += rule + "\n";
+      for (size_t li = 0; li < pk.lengths.size(); ++li) {
+        passkey_md += fmt::format("| {} |", pk.lengths[li]);
+        passkey_map.rows.push_back(std::to_string(pk.lengths[li]));
+        passkey_map.values.emplace_back();
+        for (size_t di = 0; di < pk.depths.size(); ++di) {
+          const PasskeyCell& c = r.cells[li * pk.depths.size() + di];
+          passkey_md += fmt::format(" {}/{} |", c.correct, c.trials);
+          passkey_map.values.back().push_back(double(c.correct) / double(c.trials));
+        }
+        passkey_md += "\n";
+      }
+      std::fprintf(stderr, "eval: passkey accuracy %.3f (%.1f s)\n", r.accuracy, r.seconds);
+    }
+
+    nlohmann::json chat_json;
+    std::string chat_md;
+    if (!chat.empty()) {
+      int64_t longest = 0;
+      for (const ChatSample& c : chat) longest = std::max<int64_t>(longest, int64_t(c.tokens.size()));
+      SINKQ_CHECK(longest <= engine->max_context(), "--chat: a conversation of {} tokens does not fit the {} positions left",
+                  longest, engine->max_context());
+      const std::unique_ptr<Session> cs = engine->new_session(longest);
+      const std::unique_ptr<Session> cref = engine->reference()->new_session(longest);
+      const ChatProxyResult r =
+          run_chat_proxy(cs->forward(), cref->forward(), engine->prefix_tokens(), chat,
+                         [](int64_t done, int64_t total) { progress("eval: chat", done, total); });
+      seconds += r.seconds;
+      chat_json = r.to_json();
+      chat_json["system"] = o->chat.system;
+      chat_json["data"] = o->chat.data;
+      chat_md = fmt::format(
+          "\n| chat proxy: conversations | response tokens | system-prompt KV | KLD vs fp | top-1 agreement |\n"
+          "|---:|---:|---|---:|---:|\n| {} | {} | {} | {:.5f} | {:.4f} |\n",
+          r.conversations, r.tokens,
+          r.prefix_tokens_taken == 0 ? std::string("quantized (in the sequence)")
+                                     : fmt::format("first {} tokens from the fp prefix", r.prefix_tokens_taken),
+          r.kld, r.top1);
+      std::fprintf(stderr, "eval: chat proxy KLD %.5f, top-1 %.4f (%.1f s)\n", r.kld, r.top1, r.seconds);
+    }
 
     nlohmann::json ppl_json = nlohmann::json::array();
     std::string ppl_md;
@@ -208,6 +324,8 @@ void register_eval(CLI::App& app) {
                             {"tasks", tj},
                             {"average_acc", results.empty() ? nlohmann::json(nullptr) : nlohmann::json(avg)},
                             {"ppl", ppl_json},
+                            {"passkey", passkey_json},
+                            {"chat", chat_json},
                             {"seconds", seconds},
                             {"config", engine->config_json()}};
     };
@@ -228,17 +346,20 @@ void register_eval(CLI::App& app) {
       }
       const std::string md = fmt::format("# sinkq eval: {}\n\n{} ({} runtime)\n\n{}{}", o->model, engine->describe(),
                                          engine->runtime_name(), results.empty() ? "" : markdown_table(results, avg),
-                                         ppl_md);
+                                         ppl_md + passkey_md + chat_md);
+      std::vector<std::pair<std::string, std::string>> files;
+      if (!pk.lengths.empty()) files.emplace_back("passkey.svg", svg::render(passkey_map));
+      if (!results.empty()) files.emplace_back("acc.svg", svg::render(chart));
       try {
-        write_output_dir(o->out, {{"results.json", summary(true).dump(2, ' ', false,
+        files.insert(files.begin(), {{"results.json", summary(true).dump(2, ' ', false,
                                                                       nlohmann::json::error_handler_t::replace) + "\n"},
                                   {"results.csv", csv},
-                                  {"results.md", md},
-                                  {"acc.svg", svg::render(chart)}});
+                                  {"results.md", md}});
+        write_output_dir(o->out, files);
       } catch (const Error& e) {
         throw Error(fmt::format("--out: {}", e.what()));
       }
-      std::fprintf(stderr, "eval: wrote %s (results.json, results.csv, results.md, acc.svg)\n", o->out.c_str());
+      std::fprintf(stderr, "eval: wrote %s (results.json, results.csv, results.md and the plots)\n", o->out.c_str());
     }
     if (o->json) {
       print_json(summary(o->samples));
@@ -247,7 +368,7 @@ void register_eval(CLI::App& app) {
     fmt::print("{} ({} runtime){}\n", engine->describe(), engine->runtime_name(),
                engine->prefix_size() ? fmt::format(", {}-token KV prefix", engine->prefix_size()) : "");
     if (!results.empty()) fmt::print("{}", markdown_table(results, avg));
-    fmt::print("{}", ppl_md);
+    fmt::print("{}{}{}", ppl_md, passkey_md, chat_md);
     std::fflush(stdout);
   });
 }

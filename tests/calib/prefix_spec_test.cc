@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "calib/prefix.h"
+#include "core/mmap.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -59,6 +60,31 @@ TEST(PrefixSpec, RendersTheSystemTurnOfKnownTemplates) {
   EXPECT_EQ(render_system_prompt(d.path(), "Be brief."), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n");
   write_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");  // Mistral: no system role
   EXPECT_NE(error_of([&] { render_system_prompt(d.path(), "x"); }).find("not one sinkq can render"), std::string::npos);
+}
+
+// Whole conversations: the ChatML cases of ../shared/tokenizers/chat-templates/cases.json (Qwen3's
+// template rendered by transformers; the plain ones, without thinking switches) exactly, and the
+// Llama-2 / Llama-3 layouts as their templates write them.
+TEST(RenderChat, ConversationsOfKnownTemplates) {
+  const nlohmann::json cases =
+      nlohmann::json::parse(read_file(testing::shared_dir() + "/tokenizers/chat-templates/cases.json"));
+  int checked = 0;
+  for (const nlohmann::json& c : cases) {
+    if (c["model"] != "qwen3" || !c["kwargs"].empty()) continue;
+    std::vector<ChatMessage> msgs;
+    for (const nlohmann::json& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
+    EXPECT_EQ(render_chat("<|im_start|>", "qwen3", msgs, c["add_generation_prompt"]), c["expected"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+  const std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
+  EXPECT_EQ(render_chat("<<SYS>>", "t", conv, true), "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+  EXPECT_EQ(render_chat("<<SYS>>", "t", {{"user", "U"}}, true), "[INST] U [/INST]");
+  EXPECT_EQ(render_chat("<|start_header_id|>", "t", {{"user", "U"}}, true),
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant"
+            "<|end_header_id|>\n\n");
+  EXPECT_NE(error_of([&] { render_chat("<|im_start|>", "t", {{"user", "U"}, {"system", "S"}}, false); }).find("role 'system'"),
+            std::string::npos);
 }
 
 }  // namespace

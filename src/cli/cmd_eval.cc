@@ -84,11 +84,11 @@ void register_eval(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
-      "eval", "Zero-shot multiple-choice accuracy (PIQA, ARC, WinoGrande, BoolQ, OBQA, SIQA) as lm-eval-harness scores it");
+      "eval", "Evaluation suite: zero-shot PIQA / ARC / WinoGrande / BoolQ / OBQA / SIQA as lm-eval-harness scores them, "
+              "perplexity + KLD, passkey retrieval, the IntactKV[P] chat proxy");
   add_model_flag(*cmd, *o);
   cmd->add_option("--tasks", o->tasks,
-                  "Comma-separated: piqa, arc_easy, arc_challenge, winogrande, boolq, openbookqa, social_iqa, or all")
-      ;
+                  "Comma-separated: piqa, arc_easy, arc_challenge, winogrande, boolq, openbookqa, social_iqa, or all");
   cmd->add_option("--limit", o->limit, "The first N items of each task (0 = all)")
       ->capture_default_str()
       ->check(decimal_in(0, INT32_MAX));
@@ -121,8 +121,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--chat-system", o->chat.system, "The conversations' system prompt (give the same to --prefix system:)")
       ->capture_default_str();
   cmd->add_option("--out", o->out,
-                  "Also write results.json (with every item), results.csv, results.md and acc.svg into this new (or "
-                  "empty) directory, atomically");
+                  "Also write results.json (with every item), results.csv, results.md, acc.svg and passkey.svg into "
+                  "this new (or empty) directory, atomically");
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {

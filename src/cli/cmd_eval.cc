@@ -156,7 +156,7 @@ void register_eval(CLI::App& app) {
         throw Error(fmt::format("--out: {}", e.what()));
       }
     }
-    SINKQ_CHECK(std::filesystem::is_directory(o->data),
+    SINKQ_CHECK(tasks.empty() || std::filesystem::is_directory(o->data),
                 "--data '{}' is not a directory (the commonsense data: <task>/test.json, e.g. ../shared/data/commonsense)",
                 o->data);
     // Every task file read and parsed before anything slow (calibration).

@@ -115,6 +115,10 @@ TEST(CliEval, BadFlagsAndInputsAreErrors) {
   expect_error(run({"eval", "-m", m}), {"nothing to evaluate"});
   expect_error(run({"eval", "-m", m, "--tasks", "piqa,hellaswag"}), {"--tasks", "unknown task 'hellaswag'"});
   expect_error(run({"eval", "-m", m, "--tasks", "piqa", "--data", "/nonexistent"}), {"--data '/nonexistent'"});
+  // --data is the tasks' only: without --tasks it is not read (a passkey run from any directory).
+  const RunResult pk = run({"eval", "-m", m, "--data", "/nonexistent", "--passkey", "200", "--passkey-depths", "0",
+                            "--passkey-trials", "1", "--json"});
+  EXPECT_EQ(pk.rc, 0) << pk.err;
   expect_error(run({"eval", "-m", m, "--tasks", "piqa", "--data", data(), "--kld"}), {"--kld needs --ppl"});
   expect_error(run({"eval", "-m", m, "--passkey", "300", "--passkey-depths", "0,2"}), {"--passkey-depths", "'2'"});
   expect_error(run({"eval", "-m", m, "--passkey", "0x10"}), {"--passkey"});

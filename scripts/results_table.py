@@ -113,7 +113,8 @@ def tables(args):
         ppl = {p["name"]: p for p in j["ppl"]}
         kld = ppl["wikitext2"].get("kld")
         accs = [t["acc"] for t in j["tasks"]]
-        md.append("| " + " | ".join([bits, method, f"{ppl['wikitext2']['ppl']:.2f}", f"{ppl['c4']['ppl']:.2f}",
+        mark = "†" if ppl["wikitext2"]["protocol"] == "prefix" else ""
+        md.append("| " + " | ".join([bits, method, f"{ppl['wikitext2']['ppl']:.2f}{mark}", f"{ppl['c4']['ppl']:.2f}{mark}",
                                       "0" if kld is None else f"{kld:.4f}"] + [f"{100 * a:.1f}" for a in accs] +
                                      [f"{100 * j['average_acc']:.1f}", f"{j['wall_seconds'] / 60:.1f}"]) + " |")
         csv_rows.append([rid, bits, method, ppl["wikitext2"]["ppl"], ppl["c4"]["ppl"], kld or 0] + accs +
@@ -122,7 +123,8 @@ def tables(args):
     text = "\n".join(md) + "\n"
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write(f"n = {n} items per task (the first of each file); acc in %, largest per-task s.e. "
-                f"{100 * se:.1f} points (fp row)\n\n" + text)
+                f"{100 * se:.1f} points (fp row); † perplexity behind the row's KV prefix ([BOS]: the prefix "
+                f"protocol), the others without one (gptq protocol)\n\n" + text)
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         csv.writer(f).writerows(csv_rows)
     svg_bars([(f"{b} {m}", j["average_acc"]) for _, b, m, j in rows], os.path.join(args.out, "acc.svg"))

@@ -24,22 +24,25 @@ C4 = os.path.join(SHARED, "data/c4/c4_train_00000_first1000.jsonl")
 CALIB = ["--calib", C4, "--calib-samples", "4", "--calib-len", "256"]
 
 # (row id, bits, method, flags). Calibrated rows take CALIB.
-ROWS = [
-    ("fp", "fp", "full precision", ["--preset", "fp16"]),
-    ("w8a8kv8-rtn", "W8A8KV8", "RTN dynamic", ["--preset", "w8a8kv8"]),
-    ("w8a8kv8-prefixquant", "W8A8KV8", "PrefixQuant (static + prefix)", ["--preset", "prefixquant-w8a8kv8"] + CALIB),
-    ("w4a8kv4-rtn", "W4A8KV4", "RTN dynamic", ["--preset", "w4a8kv4"]),
-    ("w4a8kv4-rot", "W4A8KV4", "+ rotation", ["--preset", "w4a8kv4", "--rotate"]),
-    ("w4a8kv4-prefixquant", "W4A8KV4", "PrefixQuant (static + prefix)", ["--preset", "prefixquant-w4a8kv4"] + CALIB),
-    ("w4a4kv4-rtn", "W4A4KV4", "RTN dynamic", ["--preset", "w4a4kv4"]),
-    ("w4a4kv4-rot", "W4A4KV4", "+ rotation", ["--preset", "w4a4kv4", "--rotate"]),
-    ("w4a4kv4-cross", "W4A4KV4", "CrossQuant (α 0.15)", ["--preset", "w4a4kv4", "--a-quant", "cross"]),
-    ("w4a4kv4-prefixquant", "W4A4KV4", "PrefixQuant (static + prefix)", ["--preset", "prefixquant-w4a4kv4"] + CALIB),
-    ("w4a4kv4-rot-intactkv", "W4A4KV4", "+ rotation + IntactKV[B]",
-     ["--preset", "w4a4kv4", "--rotate", "--prefix", "bos", "--prefix-source", "fp"]),
-    ("w4a4kv4-rot-kvquant", "W4A4KV4", "+ rotation, KVQuant KV (nuq4-1%, fp [BOS])",
-     ["--preset", "w4a4kv4", "--rotate", "--kv-codebook", "fisher", "--kv-outliers", "0.01", "--prefix", "bos"] + CALIB),
-]
+def method_rows(bits, preset):
+    """The six methods of the issue's table at one bit width."""
+    tag = bits.lower()
+    return [
+        (f"{tag}-rtn", bits, "RTN dynamic", ["--preset", preset]),
+        (f"{tag}-rot", bits, "+ rotation", ["--preset", preset, "--rotate"]),
+        (f"{tag}-cross", bits, "CrossQuant (α 0.15)", ["--preset", preset, "--a-quant", "cross"]),
+        (f"{tag}-prefixquant", bits, "PrefixQuant (static + prefix)", ["--preset", "prefixquant-" + preset] + CALIB),
+        (f"{tag}-rot-intactkv", bits, "+ rotation + IntactKV[B]",
+         ["--preset", preset, "--rotate", "--prefix", "bos", "--prefix-source", "fp"]),
+        (f"{tag}-rot-kvquant", bits, "+ rotation, KVQuant KV (nuq4-1%, fp [BOS])",
+         ["--preset", preset, "--rotate", "--kv-bits", "4", "--kv-codebook", "fisher", "--kv-outliers", "0.01",
+          "--prefix", "bos"] + CALIB),
+    ]
+
+
+# (row id, bits, method, flags). Calibrated rows take CALIB.
+ROWS = [("fp", "fp", "full precision", ["--preset", "fp16"])] + method_rows("W8A8KV8", "w8a8kv8") + \
+    method_rows("W4A8KV4", "w4a8kv4") + method_rows("W4A4KV4", "w4a4kv4")
 TASKS = ["piqa", "arc_easy", "arc_challenge", "winogrande", "boolq", "openbookqa", "social_iqa"]
 
 

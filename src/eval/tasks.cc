@@ -202,7 +202,8 @@ McItem parse_mc_item(McTask task, const nlohmann::json& rec, const std::string& 
       it.gold = gold_index(answer, "option", 2, where + " field 'answer'");
       // lm-eval preprocess_winogrande: partial evaluation — the context is the sentence up to the
       // blank with the option substituted, the continuation the rest of the sentence (stripped).
-      const std::string target = " " + std::string(strip(std::string_view(sentence).substr(blank + 1)));
+      std::string target = " ";  // not `" " + std::string(..)`: GCC 12 warns falsely on it (-Wrestrict, PR 105329)
+      target += strip(std::string_view(sentence).substr(blank + 1));
       for (const std::string& o : {opt1, opt2}) {
         it.contexts.push_back(sentence.substr(0, blank) + o);
         it.continuations.push_back(target);

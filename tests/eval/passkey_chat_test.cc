@@ -41,7 +41,9 @@ TEST(Passkey, PromptLengthAndDepth) {
       EXPECT_TRUE(std::equal(key_sentence.begin(), key_sentence.end(), p.tokens.begin() + p.key_token));
       EXPECT_GT(p.key_token, prev);
       prev = p.key_token;
-      if (d == 1.0) EXPECT_EQ(p.key_token + int64_t(key_sentence.size()) + question, int64_t(p.tokens.size()));
+      if (d == 1.0) {
+        EXPECT_EQ(p.key_token + int64_t(key_sentence.size()) + question, int64_t(p.tokens.size()));
+      }
     }
   }
   EXPECT_NE(error_of([&] { passkey_prompt(*tok, false, 40, 0.5, "31415"); }).find("needs at least"), std::string::npos);

@@ -188,10 +188,14 @@ void register_eval(CLI::App& app) {
     }
     oo.tokenizer = pv.tokenizer;
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
+    // Every session's length checked against what the model leaves after its prefix, one message.
+    auto check_fits = [&](int64_t n, const std::string& what) {
+      SINKQ_CHECK(n <= engine->max_context(), "{} does not fit: the model leaves {} positions{}", what,
+                  engine->max_context(),
+                  engine->prefix_size() ? fmt::format(" after its {}-token prefix", engine->prefix_size()) : "");
+    };
     const int64_t ctx = o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, engine->max_context());
-    SINKQ_CHECK(ctx <= engine->max_context(), "--ctx {} does not fit: the model leaves {} positions{}", ctx,
-                engine->max_context(),
-                engine->prefix_size() ? fmt::format(" after its {}-token prefix", engine->prefix_size()) : "");
+    check_fits(ctx, fmt::format("--ctx {}", ctx));
     const std::unique_ptr<Session> session = engine->new_session(ctx);
     // The tokenizer's own BOS, as lm-eval's HFLM encodes (since v0.4.9.2), unless the engine's
     // prefix already holds it (the rule of Engine::encode_prompt).
@@ -217,11 +221,8 @@ void register_eval(CLI::App& app) {
     if (!pk.lengths.empty()) {
       int64_t longest = 0;
       for (int64_t L : pk.lengths) longest = std::max(longest, L);
-      SINKQ_CHECK(longest + 8 <= engine->max_context(),
-                  "--passkey {} + 8 answer tokens does not fit: the model leaves {} positions{}", longest,
-                  engine->max_context(),
-                  engine->prefix_size() ? fmt::format(" after its {}-token prefix", engine->prefix_size()) : "");
-      pk.add_bos = engine->tokenizer().add_bos() && !engine->prefix_has_bos();
+      check_fits(longest + 8, fmt::format("--passkey {} + 8 answer tokens", longest));
+      pk.add_bos = add_bos;
       pk.stop_ids = engine->stop_ids();
       const std::unique_ptr<Session> ks = engine->new_session(longest + 8);
       const PasskeyResult r = run_passkey(ks->forward(), engine->tokenizer(), pk,
@@ -282,9 +283,7 @@ void register_eval(CLI::App& app) {
     nlohmann::json ppl_json = nlohmann::json::array();
     std::string ppl_md;
     if (!ppl_files.empty()) {
-      SINKQ_CHECK(o->ppl_ctx <= engine->max_context(), "--ppl-ctx {} does not fit: the model leaves {} positions{}",
-                  o->ppl_ctx, engine->max_context(),
-                  engine->prefix_size() ? fmt::format(" after its {}-token prefix", engine->prefix_size()) : "");
+      check_fits(o->ppl_ctx, fmt::format("--ppl-ctx {}", o->ppl_ctx));
       const std::unique_ptr<Session> ps = engine->new_session(o->ppl_ctx);
       std::unique_ptr<Session> ref = o->kld ? engine->reference()->new_session(o->ppl_ctx) : nullptr;
       ppl_md = "\n| text | protocol | ctx | windows | tokens scored | ppl | KLD | s |\n|---|---|---:|---:|---:|---:|---:|---:|\n";

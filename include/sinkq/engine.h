@@ -160,10 +160,15 @@ class Session {
   // i in [from, size): what a completion API's echo + logprobs and lm-eval's loglikelihood need.
   // Starts from an empty cache (reset) and leaves the tokens in it. 1 <= from <= size.
   std::vector<double> logprobs(std::span<const int32_t> tokens, int64_t from = 1);
-  // Prefills `prompt` into an empty cache and samples (eval/generate.h). on_token(id) is called for
-  // every emitted token; returning false stops generation there (a client that went away).
-  GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
-                          const std::function<bool(int32_t)>& on_token = {});
+  // The same with each position's top_n most likely tokens (a completion API's echo + logprobs);
+  // score(t, f, 0)[i].logprob == logprobs(t, f)[i] bit for bit.
+  std::vector<TokenLogprob> score(std::span<const int32_t> tokens, int64_t from, int top_n);
+  // Prefills `prompt` into an empty cache and samples (eval/generate.h). on_token(id, logprob) is
+  // called for every emitted token; returning false stops generation there (a client that went
+  // away).
+  GenerateResult generate(std::span<const int32_t> prompt, const GenerateOptions& opt, const OnToken& on_token = {});
+  // KV memory the session holds (fp32 cache or packed store), allocated for its capacity.
+  size_t kv_bytes() const;
   // Perplexity of `tokens` in windows of this session's capacity (eval/ppl.h), and with a
   // reference session (engine().reference()) the KL divergence to it.
   PplResult perplexity(const std::vector<int32_t>& tokens, const PplOptions& opt, Session* reference = nullptr);

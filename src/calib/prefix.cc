@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
 #include <map>
 
 #include "core/error.h"
@@ -70,6 +71,29 @@ std::string render_system_prompt_with(const std::string& tpl, const std::string&
   return render_chat(tpl, source, {{"system", std::string(system)}}, false);
 }
 
+namespace {
+// The system turn a ChatML template writes when the conversation has none (SmolLM2: "You are a
+// helpful AI assistant named SmolLM, …"; Qwen2: "You are a helpful assistant."): the literal
+// '<|im_start|>system⏎TEXT<|im_end|>' under a `messages[0]['role'] != 'system'` test, with ⏎ a
+// newline or the two characters \n of a Jinja string. "" when the template has none.
+std::string chatml_default_system(const std::string& tpl) {
+  if (tpl.find("!= 'system'") == std::string::npos && tpl.find("!= \"system\"") == std::string::npos) return "";
+  for (const char* head : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
+    const size_t at = tpl.find(head);
+    if (at == std::string::npos) continue;
+    const size_t from = at + std::strlen(head), end = tpl.find("<|im_end|>", from);
+    if (end == std::string::npos) return "";
+    std::string text = tpl.substr(from, end - from);
+    for (size_t i = 0; (i = text.find("\\n", i)) != std::string::npos;) text.replace(i, 2, "\n");
+    // Jinja code inside (a variable, a tag) means the text is not a literal: none.
+    if (text.find("{{") != std::string::npos || text.find("{%") != std::string::npos || text.find('\'') != std::string::npos)
+      return "";
+    return text;
+  }
+  return "";
+}
+}  // namespace
+
 std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt) {
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -86,6 +110,10 @@ std::string render_chat(const std::string& tpl, const std::string& source, const
     return out;
   }
   if (tpl.find("<|im_start|>") != std::string::npos) {  // ChatML (Qwen2, SmolLM2)
+    if (messages.empty() || messages[0].role != "system") {
+      const std::string def = chatml_default_system(tpl);
+      if (!def.empty()) out = "<|im_start|>system\n" + def + "<|im_end|>\n";
+    }
     for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
     if (add_generation_prompt) out += "<|im_start|>assistant\n";
     return out;
@@ -115,6 +143,12 @@ std::string render_chat(const std::string& tpl, const std::string& source, const
   fail("{}: the chat template is not one sinkq can render (Llama-2, Llama-3, ChatML); write the prompt out with "
        "--prefix text:...",
        source);
+}
+
+std::string chat_end_of_turn(const std::string& tpl) {
+  if (tpl.find("<|start_header_id|>") != std::string::npos) return "<|eot_id|>";
+  if (tpl.find("<|im_start|>") != std::string::npos) return "<|im_end|>";
+  return "";
 }
 
 std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok, const std::string& model_dir) {

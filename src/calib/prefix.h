@@ -71,13 +71,17 @@ std::string render_system_prompt_with(const std::string& tpl, const std::string&
 // A conversation rendered by the family of chat template `tpl` (the same three as above; anything
 // else: sinkq::Error naming `source`), with the assistant's header after it when
 // add_generation_prompt. Roles: system (first only), user, assistant. render_system_prompt_with is
-// this with the system message alone. A family's default system prompt (SmolLM2 inserts one when
-// the first message is not a system turn) is not added: give the system message.
+// this with the system message alone. A ChatML template's default system turn (SmolLM2 and Qwen2
+// write one when the first message is not a system message) is added as the template does it.
 struct ChatMessage {
   std::string role, content;
 };
 std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
                         bool add_generation_prompt);
+
+// The token that ends a turn in the family of `tpl` ("<|im_end|>" for ChatML, "<|eot_id|>" for
+// Llama-3); "" when the tokenizer's EOS does it (Llama-2) or the family is unknown.
+std::string chat_end_of_turn(const std::string& tpl);
 
 struct FoundPrefix {
   std::vector<int32_t> tokens;

@@ -80,11 +80,12 @@ void register_generate(CLI::App& app) {
     if (o->stop_on_bos && tok.bos_id() >= 0) go.stop_ids.push_back(tok.bos_id());
 
     StreamDecoder stream(tok);
+    stream.prime(prompt);  // "Once" + " upon", not "Onceupon"
     if (!o->json) {
       fmt::print("{}", o->prompt);
       std::fflush(stdout);
     }
-    const GenerateResult r = session->generate(prompt, go, [&](int32_t id) {
+    const GenerateResult r = session->generate(prompt, go, [&](int32_t id, const TokenLogprob*) {
       if (o->json) return true;
       const std::string piece = stream.push(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);

@@ -29,6 +29,7 @@ Session::Session(std::shared_ptr<const Engine> engine, int64_t ctx) : engine_(st
 int64_t Session::capacity() const { return fwd_->body_capacity(); }
 int64_t Session::n_past() const { return fwd_->body_size(); }
 void Session::reset() { fwd_->reset(); }
+size_t Session::kv_bytes() const { return fwd_->kv_bytes(); }
 
 std::span<const float> Session::eval(std::span<const int32_t> tokens) {
   SINKQ_CHECK(!tokens.empty(), "Session::eval: no tokens");
@@ -38,26 +39,29 @@ std::span<const float> Session::eval(std::span<const int32_t> tokens) {
   return fwd_->step(tokens, /*all_logits=*/false);
 }
 
-std::vector<double> Session::logprobs(std::span<const int32_t> tokens, int64_t from) {
+std::vector<TokenLogprob> Session::score(std::span<const int32_t> tokens, int64_t from, int top_n) {
   const int64_t n = int64_t(tokens.size());
   SINKQ_CHECK(from >= 1 && from <= n, "Session::logprobs: from = {} must be in 1..{} (the first token has no "
               "context in the sequence)", from, n);
   SINKQ_CHECK(n <= capacity(), "{} tokens do not fit the session's {} positions", n, capacity());
+  SINKQ_CHECK(top_n >= 0, "Session::score: top_n = {} must be >= 0", top_n);
   const int64_t vocab = engine_->config().vocab_size;
   check_ids(tokens, vocab);
   reset();
-  std::vector<double> out;
+  std::vector<TokenLogprob> out;
   out.reserve(size_t(n - from));
-  // The context before `from` in one step without logits kept; then all logits of the rest.
-  if (from > 1) fwd_->step(tokens.first(size_t(from - 1)), /*all_logits=*/false);
-  const std::span<const float> logits = fwd_->step(tokens.subspan(size_t(from - 1)), /*all_logits=*/true);
-  for (int64_t i = from; i < n; ++i)
-    out.push_back(-token_nll(logits.data() + (i - from) * vocab, vocab, tokens[size_t(i)]));
+  feed_scored(*fwd_, tokens, from, top_n, out);
+  return out;
+}
+
+std::vector<double> Session::logprobs(std::span<const int32_t> tokens, int64_t from) {
+  std::vector<double> out;
+  for (const TokenLogprob& t : score(tokens, from, 0)) out.push_back(t.logprob);
   return out;
 }
 
 GenerateResult Session::generate(std::span<const int32_t> prompt, const GenerateOptions& opt,
-                                 const std::function<bool(int32_t)>& on_token) {
+                                 const OnToken& on_token) {
   return sinkq::generate(*fwd_, prompt, opt, on_token);
 }
 

@@ -68,9 +68,10 @@ int32_t Sampler::sample(std::span<const float> logits) {
 }
 
 GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        const std::function<bool(int32_t)>& on_token) {
+                        const OnToken& on_token) {
   SINKQ_CHECK(!prompt.empty(), "the prompt is empty: nothing to condition on (a tokenizer without BOS needs text)");
   SINKQ_CHECK(opt.max_new_tokens >= 0, "-n must be >= 0 (got {})", opt.max_new_tokens);
+  SINKQ_CHECK(opt.logprobs >= -1, "logprobs must be >= 0 (got {})", opt.logprobs);
   SINKQ_CHECK(int64_t(prompt.size()) + opt.max_new_tokens <= fwd.max_ctx(),
               "prompt ({} tokens) + -n {} exceeds the context of {} tokens", prompt.size(),
               opt.max_new_tokens, fwd.max_ctx());
@@ -78,11 +79,14 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
   Sampler sampler(opt.sampler);
   GenerateResult r;
   fwd.reset();
-  if (opt.max_new_tokens == 0) return r;
+  if (opt.max_new_tokens == 0 && !opt.prompt_logprobs) return r;
   auto t0 = clock::now();
-  std::span<const float> logits = fwd.step(prompt, /*all_logits=*/false);
+  std::span<const float> logits =
+      opt.prompt_logprobs ? feed_scored(fwd, prompt, 1, std::max(opt.logprobs, 0), r.prompt_logprobs)
+                          : fwd.step(prompt, /*all_logits=*/false);
   auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (opt.on_prompt_logprobs) opt.on_prompt_logprobs(r.prompt_logprobs);
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const int32_t id = sampler.sample(logits);
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end()) {
@@ -90,7 +94,12 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
       break;
     }
     r.generated.push_back(id);
-    if (on_token && !on_token(id)) {
+    const TokenLogprob* lp = nullptr;
+    if (opt.logprobs >= 0) {
+      r.logprobs.push_back(token_logprob(logits.data(), int64_t(logits.size()), id, opt.logprobs));
+      lp = &r.logprobs.back();
+    }
+    if (on_token && !on_token(id, lp)) {
       r.cancelled = true;
       break;
     }

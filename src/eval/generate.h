@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "eval/ppl.h"
 #include "model/model.h"
 
 namespace sinkq {
@@ -37,20 +38,35 @@ struct GenerateOptions {
   int64_t max_new_tokens = 64;
   SamplerOptions sampler;
   std::vector<int32_t> stop_ids;  // generation ends after producing one of these (not emitted)
+  // -1: no log-probabilities; N >= 0: each emitted token's log-probability under the model's own
+  // distribution (the logits before temperature / top-k / top-p) and its N most likely tokens.
+  int logprobs = -1;
+  // Also score the prompt (echo + logprobs): prompt[i] given prompt[0..i) for i >= 1, with the
+  // top `max(logprobs, 0)` alternatives, into GenerateResult::prompt_logprobs, and hand them to
+  // on_prompt_logprobs (when set) before the first token is sampled. The prefill then keeps every
+  // position's logits (in chunks), so the sampled tokens may differ from a plain prefill's in the
+  // last bits of their logits (the lm_head as a GEMM instead of a GEMV).
+  bool prompt_logprobs = false;
+  std::function<void(const std::vector<TokenLogprob>&)> on_prompt_logprobs;
 };
 
 struct GenerateResult {
   std::vector<int32_t> generated;  // stop token excluded
   bool stopped = false;            // hit a stop id
   bool cancelled = false;          // on_token returned false
+  std::vector<TokenLogprob> logprobs;  // per generated token when opt.logprobs >= 0
+  std::vector<TokenLogprob> prompt_logprobs;  // prompt[1..] when opt.prompt_logprobs
   double prefill_seconds = 0, decode_seconds = 0;
 };
 
+// Called for every emitted token (streaming) with its log-probabilities (null unless
+// opt.logprobs >= 0); returning false ends the generation after that token (cancelled: a client
+// that went away, a stop string).
+using OnToken = std::function<bool(int32_t id, const TokenLogprob* logprob)>;
+
 // Prefills `prompt` (must be non-empty) into a reset `fwd`, then samples up to max_new_tokens.
-// on_token(id) is called for every emitted token (for streaming); returning false ends the
-// generation after that token (cancelled: a client that went away). Throws sinkq::Error if
-// prompt + max_new_tokens exceeds the forward's context.
+// Throws sinkq::Error if prompt + max_new_tokens exceeds the forward's context.
 GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const GenerateOptions& opt,
-                        const std::function<bool(int32_t)>& on_token = {});
+                        const OnToken& on_token = {});
 
 }  // namespace sinkq

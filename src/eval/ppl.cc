@@ -1,5 +1,6 @@
 #include "eval/ppl.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -24,16 +25,6 @@ PplProtocol parse_ppl_protocol(const std::string& s) {
   fail("unknown perplexity protocol '{}' (--protocol): expected gptq, bos or prefix", s);
 }
 
-double token_nll(const float* logits, int64_t vocab, int32_t target) {
-  double mx = logits[0];
-  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, double(logits[i]));
-  double sum = 0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
-  return mx + std::log(sum) - double(logits[target]);
-}
-
-namespace {
-// log Σ exp(logits), in double.
 double logsumexp(const float* logits, int64_t vocab) {
   double mx = logits[0];
   for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, double(logits[i]));
@@ -41,7 +32,48 @@ double logsumexp(const float* logits, int64_t vocab) {
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(logits[i]) - mx);
   return mx + std::log(sum);
 }
-}  // namespace
+
+double token_nll(const float* logits, int64_t vocab, int32_t target) {
+  return logsumexp(logits, vocab) - double(logits[target]);
+}
+
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t id, int top_n) {
+  SINKQ_ASSERT(id >= 0 && id < vocab && top_n >= 0);
+  const double lse = logsumexp(logits, vocab);
+  TokenLogprob r;
+  r.id = id;
+  r.logprob = -(lse - double(logits[id]));  // = −token_nll bit for bit
+  const int64_t n = std::min<int64_t>(top_n, vocab);
+  if (n == 0) return r;
+  std::vector<int32_t> idx(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) idx[size_t(i)] = int32_t(i);
+  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  r.top.reserve(size_t(n));
+  for (int64_t i = 0; i < n; ++i) r.top.emplace_back(idx[size_t(i)], -(lse - double(logits[idx[size_t(i)]])));
+  return r;
+}
+
+std::span<const float> feed_scored(Forward& fwd, std::span<const int32_t> tokens, int64_t from, int top_n,
+                                   std::vector<TokenLogprob>& out, int64_t chunk) {
+  const int64_t n = int64_t(tokens.size());
+  SINKQ_ASSERT(from >= 1 && from <= n && chunk >= 1);
+  const int64_t V = fwd.model().config().vocab_size;
+  // Tokens before from − 1 predict nothing that is scored: one step without logits kept.
+  int64_t at = from - 1;
+  std::span<const float> logits;
+  if (at > 0) logits = fwd.step(tokens.first(size_t(at)), /*all_logits=*/false);
+  if (from == n) return at == n ? logits : fwd.step(tokens.subspan(size_t(at)), /*all_logits=*/false);
+  while (at < n) {
+    const int64_t len = std::min(chunk, n - at);
+    logits = fwd.step(tokens.subspan(size_t(at), size_t(len)), /*all_logits=*/true);
+    for (int64_t r = 0; r < len && at + r + 1 < n; ++r)
+      out.push_back(token_logprob(logits.data() + r * V, V, tokens[size_t(at + r + 1)], top_n));
+    at += len;
+  }
+  return logits.subspan(logits.size() - size_t(V));
+}
 
 double token_kld(const float* p_logits, const float* q_logits, int64_t vocab) {
   const double lp = logsumexp(p_logits, vocab), lq = logsumexp(q_logits, vocab);

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,25 @@ PplOptions ppl_options(const Tokenizer& tok, int64_t ctx, PplProtocol protocol, 
 
 // −log softmax(logits)[target] in double precision.
 double token_nll(const float* logits, int64_t vocab, int32_t target);
+// log Σ exp(logits) in double (the normaliser token_nll subtracts from).
+double logsumexp(const float* logits, int64_t vocab);
+
+// One token's log-probability under `logits` and the top_n most likely tokens with theirs
+// (descending; a tie: the lower id first): what a completion API's `logprobs` reports. logprob is
+// exactly −token_nll(logits, vocab, id).
+struct TokenLogprob {
+  int32_t id = -1;
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;
+};
+TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t id, int top_n);
+
+// Appends `tokens` to fwd's sequence and scores tokens[i] for i in [from, size) given everything
+// before it (token_logprob with top_n; 1 <= from <= size), appending to `out`. The logits are
+// computed in chunks of at most `chunk` tokens, so memory stays [chunk, vocab] for any length.
+// Returns the logits after the last token [vocab] (valid until fwd's next step).
+std::span<const float> feed_scored(Forward& fwd, std::span<const int32_t> tokens, int64_t from, int top_n,
+                                   std::vector<TokenLogprob>& out, int64_t chunk = 256);
 
 // KL(softmax(p_logits) ‖ softmax(q_logits)) in double, nats. Exactly 0 when the logits are equal;
 // rounding can make the sum of a near-zero KL a few ulps negative, so the result is max(0, ·)

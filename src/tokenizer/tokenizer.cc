@@ -58,6 +58,13 @@ constexpr size_t kMaxWindow = 64;   // restart the window when it grows past thi
 constexpr size_t kKeepWindow = 8;   // ... keeping the last few as context
 }  // namespace
 
+void StreamDecoder::prime(const std::vector<int32_t>& context) {
+  const size_t keep = std::min(context.size(), kKeepWindow);
+  ids_.assign(context.end() - std::ptrdiff_t(keep), context.end());
+  start_ = 0;
+  emitted_ = tok_.decode_bytes(ids_, /*skip_special=*/true);
+}
+
 std::string StreamDecoder::push(int32_t id) {
   ids_.push_back(id);
   const std::vector<int32_t> window(ids_.begin() + std::ptrdiff_t(start_), ids_.end());

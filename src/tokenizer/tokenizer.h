@@ -90,6 +90,10 @@ class Tokenizer {
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& t) : tok_(t) {}
+  // Continues after `context` (a prompt): its text counts as already emitted, so the first pushed
+  // token decodes as a continuation (SentencePiece keeps its leading space: " upon" after "Once",
+  // not "upon"). Only the last few ids matter; call before the first push.
+  void prime(const std::vector<int32_t>& context);
   // Returns the text that became printable after appending `id`.
   std::string push(int32_t id);
   std::string flush();

@@ -65,6 +65,31 @@ TEST(PrefixSpec, RendersTheSystemTurnOfKnownTemplates) {
 // Whole conversations: the ChatML cases of ../shared/tokenizers/chat-templates/cases.json (Qwen3's
 // template rendered by transformers; the plain ones, without thinking switches) exactly, and the
 // Llama-2 / Llama-3 layouts as their templates write them.
+// A ChatML template's default system turn is written when the conversation has none, as
+// transformers renders SmolLM2's template (its GGUF's text, newline literal) and Qwen2's (the
+// Jinja escape \n); a given system message replaces it; a template without one adds nothing.
+TEST(RenderChat, ChatMLDefaultSystemTurn) {
+  const std::string smol =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+  EXPECT_EQ(render_chat(smol, "smol", {{"user", "Hi"}}, true),
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(smol, "smol", {{"system", "S"}, {"user", "Hi"}}, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  const std::string qwen2 =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
+      "You are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
+  EXPECT_EQ(render_chat(qwen2, "qwen2", {{"user", "Hi"}}, false),
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+  EXPECT_EQ(chat_end_of_turn(qwen2), "<|im_end|>");
+  EXPECT_EQ(chat_end_of_turn("<|start_header_id|>"), "<|eot_id|>");
+  EXPECT_EQ(chat_end_of_turn("<<SYS>>"), "");
+}
+
 TEST(RenderChat, ConversationsOfKnownTemplates) {
   const nlohmann::json cases =
       nlohmann::json::parse(read_file(testing::shared_dir() + "/tokenizers/chat-templates/cases.json"));

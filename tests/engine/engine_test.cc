@@ -143,7 +143,7 @@ TEST(Engine, GenerateStreamsAndStops) {
   const auto p = eng->encode_prompt("Once upon a time");
   auto s = eng->new_session(64);
   std::vector<int32_t> streamed;
-  const GenerateResult r = s->generate(p, go, [&](int32_t id) {
+  const GenerateResult r = s->generate(p, go, [&](int32_t id, const TokenLogprob*) {
     streamed.push_back(id);
     return true;
   });
@@ -153,9 +153,59 @@ TEST(Engine, GenerateStreamsAndStops) {
   eng->attach(f);
   EXPECT_EQ(generate(f, p, go).generated, r.generated);
   int n = 0;
-  const GenerateResult c = s->generate(p, go, [&](int32_t) { return ++n < 3; });
+  const GenerateResult c = s->generate(p, go, [&](int32_t, const TokenLogprob*) { return ++n < 3; });
   EXPECT_TRUE(c.cancelled);
   EXPECT_EQ(c.generated, std::vector<int32_t>(r.generated.begin(), r.generated.begin() + 3));
+}
+
+// score() is logprobs() with each position's top N: the chosen token's value bit for bit, the top
+// list descending, its head the argmax, its mass at most 1; generate's per-token logprobs are
+// score()'s on the generated sequence (one token per step vs one batched step: fp32 summation
+// order only, the same 1e-4 relative bound as above).
+TEST(Engine, ScoreAndGenerateLogprobs) {
+  const auto& eng = engines().packed;
+  auto s = eng->new_session(64);
+  const auto toks = prompt(12, 3);
+  const std::vector<double> lp = s->logprobs(toks, 2);
+  const std::vector<TokenLogprob> sc = s->score(toks, 2, 5);
+  ASSERT_EQ(sc.size(), lp.size());
+  for (size_t i = 0; i < sc.size(); ++i) {
+    EXPECT_EQ(sc[i].logprob, lp[i]) << i;
+    EXPECT_EQ(sc[i].id, toks[i + 2]);
+    ASSERT_EQ(sc[i].top.size(), 5u);
+    double mass = 0;
+    for (size_t j = 0; j < 5; ++j) {
+      if (j) {
+        EXPECT_GE(sc[i].top[j - 1].second, sc[i].top[j].second);
+      }
+      mass += std::exp(sc[i].top[j].second);
+    }
+    EXPECT_LE(mass, 1.0 + 1e-9);
+    EXPECT_GE(sc[i].top[0].second, sc[i].logprob);
+  }
+  EXPECT_TRUE(s->score(toks, int64_t(toks.size()), 3).empty());
+  EXPECT_THAT(error_of([&] { s->score(toks, 1, -1); }), HasSubstr("top_n"));
+
+  GenerateOptions go;
+  go.max_new_tokens = 8;
+  go.sampler.temperature = 0.0f;
+  go.logprobs = 2;
+  const auto p = eng->encode_prompt("Once upon a time");
+  std::vector<double> streamed;
+  const GenerateResult r = s->generate(p, go, [&](int32_t id, const TokenLogprob* l) {
+    EXPECT_NE(l, nullptr);
+    if (l) streamed.push_back(l->logprob);
+    return true;
+  });
+  ASSERT_EQ(r.logprobs.size(), r.generated.size());
+  std::vector<int32_t> all(p.begin(), p.end());
+  all.insert(all.end(), r.generated.begin(), r.generated.end());
+  const std::vector<TokenLogprob> want = s->score(all, int64_t(p.size()), 2);
+  for (size_t i = 0; i < r.generated.size(); ++i) {
+    EXPECT_EQ(streamed[i], r.logprobs[i].logprob);
+    EXPECT_NEAR(r.logprobs[i].logprob, want[i].logprob, 1e-4 * std::max(1.0, std::abs(want[i].logprob))) << i;
+    EXPECT_EQ(r.logprobs[i].top[0].first, r.generated[i]);  // greedy: the sampled token is the argmax
+  }
 }
 
 // The KL reference of an artifact is its source model behind the same prefix: KLD of the packed

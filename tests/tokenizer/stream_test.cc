@@ -36,6 +36,26 @@ TEST_P(Stream, ConcatenationEqualsDecode) {
   }
 }
 
+// Primed with a prompt, the pieces are the text the continuation adds: decode(prompt + rest) minus
+// decode(prompt) — a SentencePiece continuation keeps its leading space (" world", not "world").
+TEST_P(Stream, PrimedContinuesThePrompt) {
+  const Tokenizer& tok = shared_tokenizer(GetParam());
+  for (const std::string& text : {std::string("Hello world, this is a test."), std::string("Once upon a time there was")}) {
+    const auto ids = tok.encode(text);
+    for (size_t cut = 1; cut < ids.size(); ++cut) {
+      const std::vector<int32_t> prompt(ids.begin(), ids.begin() + long(cut));
+      StreamDecoder sd(tok);
+      sd.prime(prompt);
+      std::string out;
+      for (size_t i = cut; i < ids.size(); ++i) out += sd.push(ids[i]);
+      out += sd.flush();
+      const std::string p = tok.decode(prompt), all = tok.decode(ids);
+      ASSERT_EQ(all.rfind(p, 0), 0u);
+      EXPECT_EQ(out, all.substr(p.size())) << GetParam() << " cut " << cut;
+    }
+  }
+}
+
 TEST_P(Stream, HoldsBackPartialCharacters) {
   const Tokenizer& tok = shared_tokenizer(GetParam());
   const auto ids = tok.encode("\U0001F680", {.add_special = false});  // 4 UTF-8 bytes

@@ -13,6 +13,8 @@ PKGS=(
   libcli11-dev         # command line
   libfmt-dev           # formatting (g++ 12 has no std::format)
   libxxhash-dev        # XXH3 checksums of the artifact's tensors and files
+  libcpp-httplib-dev   # sinkq serve: HTTP/1.1 server (the library llama.cpp's server uses)
+  pybind11-dev         # the Python module (python/); built against the python3 on PATH
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 # Extra packages for one script (scripts/fuzz.sh: clang's libFuzzer): given as arguments.

@@ -21,6 +21,7 @@ void register_quantize(CLI::App& app);
 void register_ladder(CLI::App& app);
 void register_calib(CLI::App& app);
 void register_eval(CLI::App& app);
+void register_serve(CLI::App& app);
 
 // Flags every model command shares, declared once here.
 struct CommonFlags {

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   sinkq::cli::register_generate(app);
   sinkq::cli::register_ppl(app);
   sinkq::cli::register_eval(app);
+  sinkq::cli::register_serve(app);
   sinkq::cli::register_bench(app);
   sinkq::cli::register_analyze(app);
   sinkq::cli::register_prefix(app);

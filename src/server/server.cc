@@ -1,0 +1,713 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/error.h"
+#include "server/api.h"
+#include "sinkq/engine.h"
+
+namespace sinkq::server {
+
+using nlohmann::json;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+std::string default_alias(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" → "dir"
+  if (p.extension() == ".gguf") {
+    // "…/smollm2-135m-instruct-q4_1/model.gguf": the directory names the model better than "model".
+    if (p.stem() == "model" && p.has_parent_path()) return p.parent_path().filename().string();
+    return p.stem().string();
+  }
+  return p.filename().string();
+}
+
+double seconds_since(clock_type::time_point t) { return std::chrono::duration<double>(clock_type::now() - t).count(); }
+
+// One session of the pool and the body tokens it holds now (for /metrics, read without a lock).
+struct Slot {
+  std::unique_ptr<Session> session;
+  std::atomic<int64_t> tokens{0};
+};
+
+}  // namespace
+
+struct Server::Impl {
+  std::shared_ptr<const Engine> engine;
+  ServerOptions opt;
+  httplib::Server http;
+  const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  std::atomic<bool> stopping{false}, run_active{false};
+  std::atomic<uint64_t> next_id{1};
+
+  // ---- the session pool and its bounded queue ----
+  std::vector<std::unique_ptr<Slot>> slots;
+  std::mutex pool_mu;
+  std::condition_variable pool_cv;
+  std::vector<Slot*> free_slots;
+  int waiting = 0;
+
+  // ---- metrics ----
+  std::mutex metrics_mu;
+  std::map<std::pair<std::string, int>, uint64_t> requests;  // (endpoint, status) → count
+  std::atomic<uint64_t> prompt_tokens{0}, generated_tokens{0}, cancelled{0};
+  std::atomic<uint64_t> prefill_us{0}, decode_us{0};
+  std::deque<std::pair<clock_type::time_point, int64_t>> recent;  // generated tokens, last 10 s
+
+  Impl(std::shared_ptr<const Engine> e, const ServerOptions& o) : engine(std::move(e)), opt(o) {}
+
+  // A free slot, waiting in the queue if there is room; null when the queue is full or the server
+  // is stopping (the caller answers 503).
+  std::shared_ptr<Slot> acquire() {
+    std::unique_lock lk(pool_mu);
+    if (free_slots.empty()) {
+      if (waiting >= opt.queue || stopping) return nullptr;
+      ++waiting;
+      pool_cv.wait(lk, [&] { return !free_slots.empty() || stopping; });
+      --waiting;
+      if (free_slots.empty()) return nullptr;
+    }
+    Slot* s = free_slots.back();
+    free_slots.pop_back();
+    return std::shared_ptr<Slot>(s, [this](Slot* s) {
+      s->tokens = 0;
+      {
+        std::lock_guard g(pool_mu);
+        free_slots.push_back(s);
+      }
+      pool_cv.notify_one();
+    });
+  }
+
+  void count_request(const std::string& endpoint, int status) {
+    std::lock_guard g(metrics_mu);
+    ++requests[{endpoint, status}];
+  }
+  void count_tokens(int64_t n) {
+    generated_tokens += uint64_t(n);
+    std::lock_guard g(metrics_mu);
+    const auto now = clock_type::now();
+    recent.emplace_back(now, n);
+    while (!recent.empty() && now - recent.front().first > std::chrono::seconds(10)) recent.pop_front();
+  }
+
+  void routes();
+  std::shared_ptr<Slot> acquire_or_503();
+  std::string metrics_text();
+  json model_json() const;
+  void check_model(const std::string& requested) const;
+  std::vector<int32_t> chat_tokens(const ChatRequest& r) const;
+};
+
+namespace {
+
+// Everything one generation needs to report, and the loop that streams it.
+struct ChoiceResult {
+  std::string text;             // the completion (without echo), stop string excluded
+  std::string finish = "length";
+  std::vector<int32_t> ids;     // generated ids
+  std::vector<TokenLogprob> logprobs, prompt_logprobs;
+  bool client_gone = false;
+};
+
+}  // namespace
+
+Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
+    : impl_(std::make_unique<Impl>(std::move(engine), opt)) {
+  Impl& m = *impl_;
+  SINKQ_CHECK(m.engine != nullptr, "sinkq serve: no model");
+  ServerOptions& o = m.opt;
+  SINKQ_CHECK(o.parallel >= 1 && o.parallel <= 256, "--parallel must be in 1..256 (got {})", o.parallel);
+  SINKQ_CHECK(o.queue >= 0 && o.queue <= 4096, "--queue must be in 0..4096 (got {})", o.queue);
+  SINKQ_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in 0..65535 (got {})", o.port);
+  const int64_t maxc = m.engine->max_context();
+  if (o.ctx == 0) o.ctx = std::min<int64_t>(2048, maxc);
+  SINKQ_CHECK(o.ctx >= 1 && o.ctx <= maxc,
+              "--ctx {} does not fit: the model has {} positions{}, so 1..{} are left for a request", o.ctx,
+              m.engine->config().max_position_embeddings,
+              m.engine->prefix_size() ? fmt::format(" and a {}-token prefix", m.engine->prefix_size()) : "", maxc);
+  if (o.alias.empty()) o.alias = default_alias(m.engine->path());
+  for (int i = 0; i < o.parallel; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->session = m.engine->new_session(o.ctx);
+    m.free_slots.push_back(s.get());
+    m.slots.push_back(std::move(s));
+  }
+  m.routes();
+}
+
+Server::~Server() = default;
+
+int64_t Server::ctx() const { return impl_->opt.ctx; }
+const std::string& Server::alias() const { return impl_->opt.alias; }
+
+int Server::bind() {
+  Impl& m = *impl_;
+  if (m.opt.port == 0) {
+    const int p = m.http.bind_to_any_port(m.opt.host);
+    SINKQ_CHECK(p > 0, "--host {}: cannot bind a port there", m.opt.host);
+    return p;
+  }
+  SINKQ_CHECK(m.http.bind_to_port(m.opt.host, m.opt.port),
+              "--host {} --port {}: cannot listen there (in use, or not an address of this machine)", m.opt.host,
+              m.opt.port);
+  return m.opt.port;
+}
+
+void Server::run() {
+  Impl& m = *impl_;
+  m.run_active = true;
+  if (!m.stopping) m.http.listen_after_bind();
+  m.run_active = false;
+}
+
+void Server::stop() {
+  Impl& m = *impl_;
+  m.stopping = true;
+  {
+    std::lock_guard g(m.pool_mu);  // so a waiter cannot miss the flag between its check and its wait
+  }
+  m.pool_cv.notify_all();
+  // httplib's stop() ends a listening loop only: when run() has begun but not yet listens, wait
+  // for it to (run() sets run_active before it reads stopping, this reads them the other way
+  // round, so one of the two sees the other).
+  while (m.run_active && !m.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  m.http.stop();
+}
+
+json Server::Impl::model_json() const {
+  return {{"id", opt.alias},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "sinkq"},
+          {"meta",
+           {{"path", engine->path()},
+            {"runtime", engine->runtime_name()},
+            {"describe", engine->describe()},
+            {"ctx", opt.ctx},
+            {"parallel", opt.parallel},
+            {"vocab_size", engine->config().vocab_size},
+            {"prefix_tokens", engine->prefix_tokens()},
+            {"prefix", engine->prefix_json()}}}};
+}
+
+void Server::Impl::check_model(const std::string& requested) const {
+  if (!requested.empty() && requested != opt.alias && requested != engine->path())
+    throw ApiError(404, fmt::format("model '{}' is not served here (this server serves '{}')", requested, opt.alias),
+                   "model", "model_not_found");
+}
+
+// The conversation's tokens after the engine's prefix. The prefix is in front of every session:
+// when the rendered conversation starts with its tokens (IntactKV[P]: the same system prompt; a
+// [BOS] prefix and a template that writes [BOS]) they are not fed twice. A system-prompt prefix
+// with another system message would answer a conversation the client did not send: 400.
+std::vector<int32_t> Server::Impl::chat_tokens(const ChatRequest& r) const {
+  const Tokenizer& tok = engine->tokenizer();
+  const std::string tpl = tok.chat_template();
+  if (tpl.empty())
+    throw ApiError(400, fmt::format("the model ({}) has no chat template: use /v1/completions with the prompt written out",
+                                    opt.alias), "messages");
+  const std::string spec = engine->prefix_json().is_object() ? engine->prefix_json().value("spec", "") : "";
+  const bool system_prefix = spec.rfind("system:", 0) == 0;
+  std::vector<ChatMessage> messages = r.messages;
+  // IntactKV[P]: a conversation without a system message runs behind the prefix's.
+  if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec.substr(7)});
+  std::string text;
+  try {
+    text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true);
+  } catch (const Error& e) {
+    throw ApiError(400, e.what(), "messages");
+  }
+  std::vector<int32_t> ids = tok.encode(text);
+  const std::vector<int32_t>& pre = engine->prefix_tokens();
+  if (!pre.empty() && ids.size() >= pre.size() && std::equal(pre.begin(), pre.end(), ids.begin()))
+    return {ids.begin() + long(pre.size()), ids.end()};
+  if (system_prefix)
+    throw ApiError(400, fmt::format("this model runs behind the system prompt it was quantized with (IntactKV[P], '{}'): "
+                                    "send that system message first, or none (it is then taken as given)",
+                                    spec.substr(7)), "messages");
+  if (engine->prefix_has_bos() && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
+  return ids;
+}
+
+namespace {
+
+// The callbacks of a streamed generation; each returns false when the client is gone.
+struct StreamHooks {
+  // After the prefill, with the prompt's logprobs (echo + logprobs).
+  std::function<bool(const ChoiceResult&)> on_prompt;
+  // Text that became final, and the generated tokens [from, to) since the previous call.
+  std::function<bool(const std::string&, const ChoiceResult&, size_t from, size_t to)> emit;
+};
+
+// Runs one generation on `slot`. Text goes out through hooks.emit as it becomes final: the stop
+// strings hold back text that may still turn out to be one (it is never sent).
+ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>& prompt, const Sampling& s,
+                        const std::vector<int32_t>& extra_stop, bool prompt_logprobs, const StreamHooks& hooks) {
+  const Engine& eng = *m.engine;
+  GenerateOptions go;
+  go.max_new_tokens = s.max_tokens;
+  go.sampler = s.sampler;
+  if (!s.seeded) go.sampler.seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+  if (!s.ignore_eos) {
+    go.stop_ids = eng.stop_ids();
+    go.stop_ids.insert(go.stop_ids.end(), extra_stop.begin(), extra_stop.end());
+  }
+  go.logprobs = s.logprobs;
+  go.prompt_logprobs = prompt_logprobs;
+  ChoiceResult out;
+  if (prompt_logprobs)
+    go.on_prompt_logprobs = [&](const std::vector<TokenLogprob>& v) {
+      out.prompt_logprobs = v;
+      if (hooks.on_prompt && !hooks.on_prompt(out)) out.client_gone = true;
+    };
+  StreamDecoder dec(eng.tokenizer());
+  dec.prime(prompt);  // the completion continues the prompt's text (its leading space kept)
+  StopMatcher stop(s.stop);
+  size_t emitted = 0;  // generated tokens already reported through emit
+  slot.tokens = int64_t(prompt.size());
+  m.prompt_tokens += prompt.size();
+  int64_t counted = 0;
+  const GenerateResult g = slot.session->generate(prompt, go, [&](int32_t id, const TokenLogprob* lp) {
+    if (out.client_gone) return false;
+    out.ids.push_back(id);
+    if (lp) out.logprobs.push_back(*lp);
+    ++slot.tokens;
+    if (++counted == 16) {
+      m.count_tokens(counted);
+      counted = 0;
+    }
+    const std::string piece = stop.push(dec.push(id));
+    if (hooks.emit && !piece.empty()) {
+      if (!hooks.emit(piece, out, emitted, out.ids.size())) {
+        out.client_gone = true;
+        return false;
+      }
+      emitted = out.ids.size();
+    }
+    return !stop.matched() && !m.stopping;
+  });
+  m.count_tokens(counted);
+  m.prefill_us += uint64_t(g.prefill_seconds * 1e6);
+  m.decode_us += uint64_t(g.decode_seconds * 1e6);
+  if (!stop.matched() && !out.client_gone) {
+    const std::string tail = stop.push(dec.flush()) + stop.flush();
+    if (hooks.emit && (!tail.empty() || emitted < out.ids.size()) && !hooks.emit(tail, out, emitted, out.ids.size()))
+      out.client_gone = true;
+  }
+  if (out.prompt_logprobs.empty()) out.prompt_logprobs = g.prompt_logprobs;
+  out.text = stop.text();
+  out.finish = stop.matched() || g.stopped ? "stop" : "length";
+  if (out.client_gone) ++m.cancelled;
+  return out;
+}
+
+// The completions API's logprobs object over (id, logprob) entries; a null logprob for the first
+// prompt token (nothing before it in the request).
+struct LpEntry {
+  int32_t id;
+  const TokenLogprob* lp;  // null: no logprob
+};
+json completion_logprobs(const Tokenizer& tok, const std::vector<LpEntry>& es) {
+  json tokens = json::array(), lps = json::array(), tops = json::array(), offs = json::array();
+  size_t off = 0;
+  for (const LpEntry& e : es) {
+    const std::string t = tok.token_text(e.id);
+    tokens.push_back(t);
+    offs.push_back(off);
+    off += t.size();
+    if (!e.lp) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
+    lps.push_back(e.lp->logprob);
+    json top = json::object();
+    for (const auto& [id, lp] : e.lp->top) {
+      const std::string k = tok.token_text(id);
+      if (!top.contains(k)) top[k] = lp;  // two ids with one text: the more likely one
+    }
+    tops.push_back(std::move(top));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+std::vector<LpEntry> prompt_entries(const std::vector<int32_t>& prompt, const ChoiceResult& c) {
+  std::vector<LpEntry> es;
+  for (size_t k = 0; k < prompt.size(); ++k)
+    es.push_back({prompt[k], k == 0 || k - 1 >= c.prompt_logprobs.size() ? nullptr : &c.prompt_logprobs[k - 1]});
+  return es;
+}
+std::vector<LpEntry> generated_entries(const ChoiceResult& c, size_t from, size_t to) {
+  std::vector<LpEntry> es;
+  for (size_t k = from; k < to && k < c.logprobs.size(); ++k) es.push_back({c.logprobs[k].id, &c.logprobs[k]});
+  return es;
+}
+
+json chat_logprobs(const Tokenizer& tok, const ChoiceResult& c, size_t from, size_t to) {
+  auto entry = [&](int32_t id, double lp) {
+    const std::string t = tok.token_text(id);
+    return json{{"token", t}, {"logprob", lp}, {"bytes", std::vector<int>(t.begin(), t.end())}};
+  };
+  json content = json::array();
+  for (size_t i = from; i < to && i < c.logprobs.size(); ++i) {
+    json e = entry(c.logprobs[i].id, c.logprobs[i].logprob);
+    json top = json::array();
+    for (const auto& [id, lp] : c.logprobs[i].top) top.push_back(entry(id, lp));
+    e["top_logprobs"] = std::move(top);
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}};
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+// Writes one server-sent event; false when the client is gone.
+bool write_sse(httplib::DataSink& sink, const std::string& event) {
+  return sink.is_writable() && sink.write(event.data(), event.size());
+}
+
+json usage(int64_t prompt, int64_t gen) {
+  return {{"prompt_tokens", prompt}, {"completion_tokens", gen}, {"total_tokens", prompt + gen}};
+}
+
+// The prompt (or conversation) must leave room for max_tokens in a session; -1 (chat without
+// max_tokens): whatever is left.
+int64_t resolve_max_tokens(int64_t max_tokens, size_t prompt, int64_t ctx, const std::string& where) {
+  if (prompt == 0) throw ApiError(400, fmt::format("'{}' is empty (no tokens to condition on)", where), where);
+  if (max_tokens < 0) {
+    if (int64_t(prompt) >= ctx)
+      throw ApiError(400, fmt::format("'{}' ({} tokens) leaves no room in the context of {} tokens (sinkq serve --ctx)",
+                                      where, prompt, ctx), where, "context_length_exceeded");
+    return ctx - int64_t(prompt);
+  }
+  if (int64_t(prompt) + max_tokens > ctx)
+    throw ApiError(400, fmt::format("'{}' ({} tokens) + max_tokens ({}) = {} exceeds the context of {} tokens (sinkq serve --ctx)",
+                                    where, prompt, max_tokens, int64_t(prompt) + max_tokens, ctx),
+                   where, "context_length_exceeded");
+  return max_tokens;
+}
+
+}  // namespace
+
+std::shared_ptr<Slot> Server::Impl::acquire_or_503() {
+  std::shared_ptr<Slot> slot = acquire();
+  if (!slot)
+    throw ApiError(503, stopping ? "the server is shutting down" : "all sessions are busy and the queue is full; retry later", "",
+                   "server_busy");
+  return slot;
+}
+
+void Server::Impl::routes() {
+  // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, which lets a second server bind the
+  // same port and silently take half of its connections.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  http.set_payload_max_length(opt.max_body_bytes);
+  http.set_read_timeout(opt.io_timeout_s);
+  http.set_write_timeout(opt.io_timeout_s);
+  // Handler threads: the sessions, the queue and a few for /health, /metrics and the 503 answers.
+  const size_t threads = size_t(opt.parallel + opt.queue + 4);
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    if (constant_time_equal(req.get_header_value("Authorization"), "Bearer " + opt.api_key))
+      return httplib::Server::HandlerResponse::Unhandled;
+    const ApiError e(401, "a valid API key is required: send 'Authorization: Bearer KEY' (sinkq serve --api-key)", "",
+                     "authentication_error");
+    res.status = 401;
+    res.set_content(dump(error_body(e)), "application/json");
+    count_request(req.path, 401);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // 404 for unknown paths, 413 for a body over the limit: OpenAI's error object either way.
+    if (!res.body.empty()) return;
+    const std::string msg = res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
+                            : res.status == 413 ? fmt::format("the request body exceeds {} bytes", opt.max_body_bytes)
+                                                : fmt::format("HTTP {}", res.status);
+    res.set_content(dump(error_body(ApiError(res.status, msg))), "application/json");
+    count_request(res.status == 404 ? "unknown" : req.path, res.status);
+  });
+
+  // Wraps a handler: ApiError → its status and error object; sinkq::Error from computing → 500
+  // with sinkq's message; the request counted and logged.
+  auto wrap = [this](const std::string& endpoint, std::function<void(const httplib::Request&, httplib::Response&)> f) {
+    return [this, endpoint, f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
+      const auto t0 = clock_type::now();
+      res.status = 200;
+      try {
+        f(req, res);
+      } catch (const ApiError& e) {
+        res.status = e.status;
+        if (e.status == 503) res.set_header("Retry-After", "1");
+        res.set_content(dump(error_body(e)), "application/json");
+      } catch (const std::exception& e) {
+        res.status = 500;
+        res.set_content(dump(error_body(ApiError(500, e.what(), "", "server_error"))), "application/json");
+      }
+      count_request(endpoint, res.status);
+      if (opt.log_requests)
+        std::fprintf(stderr, "[serve] %s %s %d %.0f ms%s\n", req.method.c_str(), req.path.c_str(), res.status,
+                     seconds_since(t0) * 1e3, res.get_header_value("Content-Type") == "text/event-stream" ? " (stream starts)" : "");
+    };
+  };
+
+  http.Get("/health", wrap("/health", [this](const httplib::Request&, httplib::Response& res) {
+    size_t free_n;
+    {
+      std::lock_guard g(pool_mu);
+      free_n = free_slots.size();
+    }
+    res.status = stopping ? 503 : 200;
+    res.set_content(dump({{"status", stopping ? "shutting down" : "ok"}, {"sessions_free", free_n}, {"parallel", opt.parallel}}),
+                    "application/json");
+  }));
+  http.Get("/v1/models", wrap("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump({{"object", "list"}, {"data", json::array({model_json()})}}), "application/json");
+  }));
+  http.Get("/metrics", wrap("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics_text(), "text/plain; version=0.0.4");
+  }));
+  http.Get("/tokenizer_info", wrap("/tokenizer_info", [this](const httplib::Request&, httplib::Response& res) {
+    const Tokenizer& tok = engine->tokenizer();
+    auto name = [&](int id) { return id >= 0 ? json(tok.token_text(id)) : json(nullptr); };
+    res.set_content(dump({{"eos_token", name(tok.eos_id())},
+                          {"bos_token", name(tok.bos_id())},
+                          {"pad_token", nullptr},
+                          {"add_bos_token", tok.add_bos()},
+                          {"chat_template", tok.chat_template()},
+                          {"model_max_length", opt.ctx},
+                          {"vocab_size", tok.vocab_size()}}),
+                    "application/json");
+  }));
+  http.Post("/tokenize", wrap("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    const TokenizeRequest r = parse_tokenize(req.body);
+    EncodeOptions eo;
+    eo.add_special = r.add_special;
+    res.set_content(dump({{"tokens", engine->tokenizer().encode(r.text, eo)}}), "application/json");
+  }));
+  http.Post("/detokenize", wrap("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::vector<int32_t> ids = parse_detokenize(req.body, engine->config().vocab_size);
+    res.set_content(dump({{"prompt", engine->tokenizer().decode(ids, /*skip_special=*/false)}}), "application/json");
+  }));
+
+  // ---- /v1/completions ----
+  http.Post("/v1/completions", wrap("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    auto r = std::make_shared<CompletionRequest>(parse_completion(req.body, engine->config().vocab_size));
+    check_model(r->model);
+    auto prompts = std::make_shared<std::vector<std::vector<int32_t>>>();
+    for (size_t i = 0; i < r->prompts.size(); ++i) {
+      const Prompt& p = r->prompts[i];
+      prompts->push_back(p.text ? engine->encode_prompt(*p.text) : p.ids);
+      resolve_max_tokens(r->s.max_tokens, prompts->back().size(), opt.ctx,
+                         r->prompts.size() > 1 ? fmt::format("prompt[{}]", i) : "prompt");
+    }
+    std::shared_ptr<Slot> slot = acquire_or_503();
+    const std::string id = fmt::format("cmpl-{}", next_id++);
+    const bool want_lp = r->s.logprobs >= 0;
+    const Tokenizer& tok = engine->tokenizer();
+    // The echoed prompt: the client's text, or its ids decoded.
+    auto prompt_text = [r, prompts, &tok](size_t i) {
+      return r->prompts[i].text ? *r->prompts[i].text : tok.decode((*prompts)[i], /*skip_special=*/false);
+    };
+    if (!r->s.stream) {
+      json choices = json::array();
+      int64_t n_prompt = 0, n_gen = 0;
+      for (size_t i = 0; i < prompts->size(); ++i) {
+        const std::vector<int32_t>& p = (*prompts)[i];
+        const ChoiceResult c = run_choice(*this, *slot, p, r->s, {}, r->echo && want_lp, {});
+        json lp = nullptr;
+        if (want_lp) {
+          std::vector<LpEntry> es = r->echo ? prompt_entries(p, c) : std::vector<LpEntry>{};
+          const std::vector<LpEntry> g = generated_entries(c, 0, c.ids.size());
+          es.insert(es.end(), g.begin(), g.end());
+          lp = completion_logprobs(tok, es);
+        }
+        choices.push_back({{"text", r->echo ? prompt_text(i) + c.text : c.text},
+                           {"index", i},
+                           {"logprobs", lp},
+                           {"finish_reason", c.finish}});
+        n_prompt += int64_t(p.size());
+        n_gen += int64_t(c.ids.size());
+      }
+      res.set_content(dump({{"id", id},
+                            {"object", "text_completion"},
+                            {"created", created},
+                            {"model", opt.alias},
+                            {"choices", choices},
+                            {"usage", usage(n_prompt, n_gen)}}),
+                      "application/json");
+      return;
+    }
+    // Streaming: the generation runs in the content provider (on this thread, after the handler
+    // returns), which holds the session until it ends or the client goes away.
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, r, prompts, slot, id, want_lp, prompt_text](
+                                                             size_t, httplib::DataSink& sink) {
+      const Tokenizer& tok = engine->tokenizer();
+      auto chunk = [&](size_t i, const std::string& text, json lp, json finish) {
+        return sse({{"id", id},
+                    {"object", "text_completion"},
+                    {"created", created},
+                    {"model", opt.alias},
+                    {"choices", json::array({{{"text", text}, {"index", i}, {"logprobs", lp}, {"finish_reason", finish}}})}});
+      };
+      int64_t n_prompt = 0, n_gen = 0;
+      for (size_t i = 0; i < prompts->size(); ++i) {
+        const std::vector<int32_t>& p = (*prompts)[i];
+        if (r->echo && !want_lp && !write_sse(sink, chunk(i, prompt_text(i), nullptr, nullptr))) return false;
+        StreamHooks h;
+        if (r->echo && want_lp)
+          h.on_prompt = [&](const ChoiceResult& c) {
+            return write_sse(sink, chunk(i, prompt_text(i), completion_logprobs(tok, prompt_entries(p, c)), nullptr));
+          };
+        h.emit = [&](const std::string& text, const ChoiceResult& c, size_t from, size_t to) {
+          json lp = want_lp ? completion_logprobs(tok, generated_entries(c, from, to)) : json(nullptr);
+          return write_sse(sink, chunk(i, text, std::move(lp), nullptr));
+        };
+        const ChoiceResult c = run_choice(*this, *slot, p, r->s, {}, r->echo && want_lp, h);
+        if (c.client_gone || !write_sse(sink, chunk(i, "", nullptr, c.finish))) return false;
+        n_prompt += int64_t(p.size());
+        n_gen += int64_t(c.ids.size());
+      }
+      if (r->s.include_usage &&
+          !write_sse(sink, sse({{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", opt.alias},
+                                {"choices", json::array()}, {"usage", usage(n_prompt, n_gen)}})))
+        return false;
+      if (!write_sse(sink, "data: [DONE]\n\n")) return false;
+      sink.done();
+      return true;
+    });
+  }));
+
+  // ---- /v1/chat/completions ----
+  http.Post("/v1/chat/completions", wrap("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    auto r = std::make_shared<ChatRequest>(parse_chat(req.body));
+    check_model(r->model);
+    auto prompt = std::make_shared<std::vector<int32_t>>(chat_tokens(*r));
+    r->s.max_tokens = resolve_max_tokens(r->s.max_tokens, prompt->size(), opt.ctx, "messages");
+    std::vector<int32_t> end_turn;
+    if (const std::string e = chat_end_of_turn(engine->tokenizer().chat_template()); !e.empty())
+      if (const int32_t t = engine->tokenizer().token_to_id(e); t >= 0) end_turn.push_back(t);
+    std::shared_ptr<Slot> slot = acquire_or_503();
+    const std::string id = fmt::format("chatcmpl-{}", next_id++);
+    const bool want_lp = r->s.logprobs >= 0;
+    const Tokenizer& tok = engine->tokenizer();
+    if (!r->s.stream) {
+      const ChoiceResult c = run_choice(*this, *slot, *prompt, r->s, end_turn, false, {});
+      res.set_content(dump({{"id", id},
+                            {"object", "chat.completion"},
+                            {"created", created},
+                            {"model", opt.alias},
+                            {"choices", json::array({{{"index", 0},
+                                                      {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                                      {"logprobs", want_lp ? chat_logprobs(tok, c, 0, c.ids.size()) : json(nullptr)},
+                                                      {"finish_reason", c.finish}}})},
+                            {"usage", usage(int64_t(prompt->size()), int64_t(c.ids.size()))}}),
+                      "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider("text/event-stream", [this, r, prompt, slot, id, want_lp, end_turn](
+                                                             size_t, httplib::DataSink& sink) {
+      const Tokenizer& tok = engine->tokenizer();
+      auto chunk = [&](json delta, json lp, json finish) {
+        return sse({{"id", id},
+                    {"object", "chat.completion.chunk"},
+                    {"created", created},
+                    {"model", opt.alias},
+                    {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}})}});
+      };
+      if (!write_sse(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return false;
+      StreamHooks h;
+      h.emit = [&](const std::string& text, const ChoiceResult& c, size_t from, size_t to) {
+        return write_sse(sink, chunk({{"content", text}}, want_lp ? chat_logprobs(tok, c, from, to) : json(nullptr), nullptr));
+      };
+      const ChoiceResult c = run_choice(*this, *slot, *prompt, r->s, end_turn, false, h);
+      if (c.client_gone || !write_sse(sink, chunk(json::object(), nullptr, c.finish))) return false;
+      if (r->s.include_usage &&
+          !write_sse(sink, sse({{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", opt.alias},
+                                {"choices", json::array()}, {"usage", usage(int64_t(prompt->size()), int64_t(c.ids.size()))}})))
+        return false;
+      if (!write_sse(sink, "data: [DONE]\n\n")) return false;
+      sink.done();
+      return true;
+    });
+  }));
+}
+
+std::string Server::Impl::metrics_text() {
+  std::string o;
+  auto metric = [&](const char* name, const char* type, const char* help) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+  };
+  metric("sinkq_requests_total", "counter", "HTTP requests answered, by endpoint and status");
+  {
+    std::lock_guard g(metrics_mu);
+    for (const auto& [k, n] : requests) o += fmt::format("sinkq_requests_total{{endpoint=\"{}\",status=\"{}\"}} {}\n", k.first, k.second, n);
+  }
+  metric("sinkq_prompt_tokens_total", "counter", "prompt tokens prefilled");
+  o += fmt::format("sinkq_prompt_tokens_total {}\n", prompt_tokens.load());
+  metric("sinkq_generated_tokens_total", "counter", "tokens generated");
+  o += fmt::format("sinkq_generated_tokens_total {}\n", generated_tokens.load());
+  metric("sinkq_prefill_seconds_total", "counter", "time spent prefilling prompts (summed over sessions)");
+  o += fmt::format("sinkq_prefill_seconds_total {:.6f}\n", double(prefill_us.load()) * 1e-6);
+  metric("sinkq_decode_seconds_total", "counter", "time spent generating (summed over sessions)");
+  o += fmt::format("sinkq_decode_seconds_total {:.6f}\n", double(decode_us.load()) * 1e-6);
+  metric("sinkq_cancelled_total", "counter", "generations ended early because the client went away");
+  o += fmt::format("sinkq_cancelled_total {}\n", cancelled.load());
+  double tps;
+  {
+    std::lock_guard g(metrics_mu);
+    const auto now = clock_type::now();
+    while (!recent.empty() && now - recent.front().first > std::chrono::seconds(10)) recent.pop_front();
+    int64_t n = 0;
+    for (const auto& e : recent) n += e.second;
+    tps = double(n) / 10.0;
+  }
+  metric("sinkq_tokens_per_second", "gauge", "tokens generated per second over the last 10 s (all sessions)");
+  o += fmt::format("sinkq_tokens_per_second {:.3f}\n", tps);
+  size_t busy, queued;
+  {
+    std::lock_guard g(pool_mu);
+    busy = slots.size() - free_slots.size();
+    queued = size_t(waiting);
+  }
+  metric("sinkq_queue_depth", "gauge", "requests waiting for a session");
+  o += fmt::format("sinkq_queue_depth {}\n", queued);
+  metric("sinkq_sessions_busy", "gauge", "sessions computing a request");
+  o += fmt::format("sinkq_sessions_busy {}\n", busy);
+  metric("sinkq_sessions", "gauge", "sessions (--parallel)");
+  o += fmt::format("sinkq_sessions {}\n", slots.size());
+  size_t alloc = 0;
+  double used = 0;
+  for (const auto& s : slots) {
+    const size_t b = s->session->kv_bytes();
+    alloc += b;
+    used += double(b) * double(s->tokens.load()) / double(opt.ctx);
+  }
+  metric("sinkq_kv_bytes_allocated", "gauge", "KV cache memory held by the sessions (their full context)");
+  o += fmt::format("sinkq_kv_bytes_allocated {}\n", alloc);
+  metric("sinkq_kv_bytes_in_use", "gauge", "KV cache memory holding tokens of requests now");
+  o += fmt::format("sinkq_kv_bytes_in_use {:.0f}\n", used);
+  return o;
+}
+
+}  // namespace sinkq::server

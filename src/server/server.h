@@ -1,0 +1,65 @@
+// sinkq/server/server.h — `sinkq serve`: an OpenAI-compatible HTTP server over one Engine.
+//
+// Endpoints (docs/serve.md): POST /v1/completions (text or token-id prompts, echo + logprobs for
+// lm-eval's loglikelihood, stop strings, streaming as server-sent events), POST
+// /v1/chat/completions (the model's chat template via calib/prefix.h render_chat; stops on the
+// template's end-of-turn token), GET /v1/models, /health, /metrics (Prometheus text), and the
+// tokenizer endpoints lm-eval's remote tokenizer uses (GET /tokenizer_info, POST /tokenize,
+// POST /detokenize).
+//
+// Concurrency: `parallel` Sessions over the one Engine (weights shared, a KV cache each), created
+// at start. A request takes a free session or waits in a bounded queue (`queue` requests; beyond
+// it: 503 + Retry-After). A streaming client that goes away cancels its generation at the next
+// token and frees the session. HTTP is cpp-httplib (Debian's libcpp-httplib-dev), JSON nlohmann.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace sinkq {
+class Engine;
+}
+
+namespace sinkq::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;        // 0: any free port (bind() returns it)
+  int parallel = 1;       // sessions, i.e. requests computed at once
+  int64_t ctx = 0;        // positions per session after the engine's prefix; 0: min(2048, max_context)
+  int queue = 16;         // requests that may wait for a session; more: 503
+  std::string api_key;    // "" = no authentication; else "Authorization: Bearer KEY" on every endpoint but /health
+  std::string alias;      // the model's name in /v1/models and responses ("" = from the path)
+  size_t max_body_bytes = size_t(8) << 20;  // larger request bodies: 413
+  int io_timeout_s = 60;  // socket read / write timeout
+  bool log_requests = true;  // one line per request on stderr
+};
+
+class Server {
+ public:
+  // Validates the options (errors name the flag: --parallel, --ctx, --queue, --port) and creates
+  // the sessions. Nothing listens yet.
+  Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port (sinkq::Error naming them when it cannot) and returns the port.
+  int bind();
+  // Serves until stop(); returns once every in-flight request has been answered or cancelled.
+  void run();
+  // Stops accepting, cancels streaming generations at their next token, answers queued requests
+  // with 503, and makes run() return. Thread-safe; call it from any thread (not a signal handler).
+  void stop();
+  // The context of each session and the model name, as resolved.
+  int64_t ctx() const;
+  const std::string& alias() const;
+
+  struct Impl;  // (server.cc)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sinkq::server

@@ -11,6 +11,9 @@ bash scripts/build.sh
 # OpenMP waits passively in every test (CMake sets it per test; the CLI sets it for itself).
 export SINKQ_THREADS=2
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+# The Python module (python/: pybind11) against the CLI, from build/python (no second engine build).
+echo "test: the Python module (python/run_tests.sh, pytest)"
+bash python/run_tests.sh
 # Hosts differ: some expose AVX-512 (VNNI), others only AVX2 (the hypervisor hides AVX-512), and
 # OpenBLAS picks its kernels per CPU too. On an AVX-512 host the ISA-sensitive layers run a second
 # time as an AVX2-only host runs them; on an AVX2 host the first pass already was that path.

@@ -1,0 +1,427 @@
+"""Tests of the Python module (python/src/module.cc) against the sinkq CLI and the real models in
+../shared (beside the repository). Run with python/run_tests.sh (PYTHONPATH=build/python: the
+module of the main CMake build). The CLI comparisons need build/src/cli/sinkq (or $SINKQ_BINARY).
+
+Bit-identity claims hold between two runs on one host (docs/architecture.md "Determinism"): the
+module and the CLI run the same library calls, so logits, sampled ids, perplexities and artifacts
+are compared exactly, not within a tolerance.
+"""
+
+import json
+import math
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import sinkq
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared"
+S260K = SHARED / "models" / "stories260K"
+SMOL = SHARED / "models" / "smollm2-135m-instruct-q4_1" / "model.gguf"
+WIKI = SHARED / "data" / "wikitext-2" / "wiki.test.tokens"
+C4 = SHARED / "data" / "c4" / "c4_train_00000_first1000.jsonl"
+CLI = Path(os.environ.get("SINKQ_BINARY", ROOT / "build" / "src" / "cli" / "sinkq"))
+
+pytestmark = pytest.mark.skipif(not S260K.is_dir(), reason="../shared (models) must sit beside the checkout")
+needs_cli = pytest.mark.skipif(not CLI.is_file(), reason=f"the sinkq CLI ({CLI}) is not built")
+
+PROMPT = "Once upon a time, there was a little girl"
+
+
+def cli(*args):
+    """Runs `sinkq ARGS --json` and returns its JSON."""
+    r = subprocess.run([str(CLI), *map(str, args), "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def window_nll(logits, window):
+    """The mean NLL of a window as src/eval/ppl.cc computes it, in the same order and precision:
+    per position logsumexp in double (max, then a sequential sum of exp(x - max)), minus the
+    target's logit; the positions' sum divided by their count. math.exp / math.log are the C
+    library's, as std::exp / std::log in the C++."""
+    total = 0.0
+    for p in range(len(window) - 1):
+        row = logits[p].tolist()  # float32 -> double, exact
+        mx = max(row)
+        s = 0.0
+        for x in row:
+            s += math.exp(x - mx)
+        total += (mx + math.log(s)) - row[window[p + 1]]
+    return total / (len(window) - 1)
+
+
+@pytest.fixture(scope="module")
+def s260k():
+    return sinkq.load(S260K)
+
+
+@pytest.fixture(scope="module")
+def smol():
+    if not SMOL.is_file():
+        pytest.skip("SmolLM2 GGUF not in ../shared")
+    return sinkq.load(SMOL)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    # The first ~12 KB of WikiText-2 test: enough for several windows of 64 tokens.
+    path = tmp_path_factory.mktemp("text") / "wiki.txt"
+    path.write_text(WIKI.read_text(encoding="utf-8")[:12000], encoding="utf-8")
+    return path
+
+
+# ---- the model ----------------------------------------------------------------------------------
+
+
+def test_properties(s260k):
+    assert s260k.runtime == "simulated"
+    assert s260k.path == str(S260K)
+    assert s260k.vocab_size == 512
+    assert s260k.max_context == 512  # max_position_embeddings, no prefix
+    assert s260k.prefix_tokens == []
+    assert s260k.bos_id == 1 and 2 in s260k.stop_ids
+    cfg = s260k.config
+    assert isinstance(cfg, dict) and cfg  # SimModel::to_json as a dict
+    assert s260k.recipe["weights"]["bits"] == 16
+    assert isinstance(s260k.describe(), str) and s260k.describe()
+    assert "stories260K" in repr(s260k)
+    assert "w8a8" in sinkq.presets() and "fp16" in sinkq.presets()
+    assert issubclass(sinkq.Error, RuntimeError)
+
+
+@needs_cli
+def test_tokenize_matches_cli_and_round_trips(s260k):
+    ids = s260k.tokenize(PROMPT)
+    assert ids == cli("tokenize", "-m", S260K, "--text", PROMPT)["ids"]
+    assert ids[0] == s260k.bos_id
+    assert s260k.tokenize(PROMPT, add_special=False) == ids[1:]
+    assert s260k.detokenize(ids) == PROMPT
+    assert s260k.detokenize(np.array(ids, dtype=np.int64)) == PROMPT  # any sequence of ints
+    text = "Tom and Lily played in the park. They were happy!"
+    assert s260k.detokenize(s260k.tokenize(text, add_special=False)) == text
+
+
+def test_tokenize_smollm2(smol):
+    # Byte-level BPE without BOS; special tokens parsed unless parse_special=False.
+    text = "<|im_start|>user\nHello, wörld! 123<|im_end|>"
+    ids = smol.tokenize(text)
+    assert smol.detokenize(ids, skip_special=False) == text
+    assert len(smol.tokenize(text, parse_special=False)) > len(ids)
+
+
+# ---- logits, logprobs, ppl: bit for bit against `sinkq ppl --json` -----------------------------
+
+
+@needs_cli
+def test_logits_and_ppl_match_cli(s260k, text_file):
+    ctx, windows = 64, 3
+    ref = cli("ppl", "-m", S260K, "-f", text_file, "--ctx", ctx, "--max-windows", windows)
+    assert ref["protocol"] == "gptq" and ref["windows"] == windows
+    # The gptq protocol's windows: [BOS] + the raw text, cut every ctx tokens.
+    toks = s260k.tokenize(text_file.read_text(encoding="utf-8"), add_special=False, parse_special=False)
+    assert len(toks) == ref["file_tokens"]
+    stream = [s260k.bos_id] + toks
+    for k in range(windows):
+        w = stream[k * ctx:(k + 1) * ctx]
+        logits = s260k.logits(w)
+        assert logits.dtype == np.float32 and logits.shape == (ctx, 512) and logits.flags.c_contiguous
+        # Exactly the CLI's printed NLL (nlohmann prints doubles round-trip exact): the logits are
+        # the same bits and the NLL is recomputed in the C++ order.
+        assert window_nll(logits, w) == ref["window_nll"][k]
+        # logprobs() = -NLL per target, from the same logits.
+        lp = s260k.logprobs(w)
+        assert -sum(lp) / len(lp) == pytest.approx(ref["window_nll"][k], rel=1e-12)
+    mine = s260k.ppl(text_file.read_text(encoding="utf-8"), ctx=ctx, windows=windows)
+    for key in ("ppl", "mean_nll", "tokens_scored", "windows", "window_nll", "file_tokens", "ctx", "protocol"):
+        assert mine[key] == ref[key], key
+    assert s260k.ppl(file=text_file, ctx=ctx, windows=windows)["window_nll"] == ref["window_nll"]
+    bos = s260k.ppl(file=text_file, ctx=ctx, windows=1, protocol="bos")
+    assert bos["protocol"] == "bos" and bos["tokens_scored"] == ctx - 1
+
+
+def test_logits_prefix_of_sequence(s260k):
+    # Causality: the logits of a prefix of the ids are those rows of the whole sequence's logits.
+    ids = s260k.tokenize(PROMPT)
+    full = s260k.logits(ids)
+    part = s260k.logits(ids[:5])
+    np.testing.assert_array_equal(part, full[:5])
+
+
+# ---- generation ---------------------------------------------------------------------------------
+
+
+@needs_cli
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=0.8, top_k=40, top_p=0.9, seed=1234)])
+def test_generate_matches_cli(s260k, sampling):
+    n = 48
+    ref = cli("generate", "-m", S260K, "-p", PROMPT, "-n", n, "--temp", sampling["temperature"],
+              "--top-k", sampling.get("top_k", 0), "--top-p", sampling.get("top_p", 1.0), "--seed", sampling.get("seed", 0))
+    gen = s260k.generate(PROMPT, max_tokens=n, **sampling)
+    items = list(gen)
+    ids = [i for i, _ in items]
+    assert gen.prompt_ids == ref["prompt_ids"]
+    assert ids == ref["generated_ids"]
+    assert gen.text == ref["text"]
+    # The streamed pieces continue the prompt's text (its leading space included, which decoding
+    # the generated ids alone drops).
+    whole = s260k.detokenize(gen.prompt_ids + ids)
+    assert whole.startswith(PROMPT)
+    assert "".join(p for _, p in items) == whole[len(PROMPT):]
+    r = gen.result
+    assert r["generated_ids"] == ids and r["stopped"] == ref["stopped"] and not r["cancelled"]
+    # A prompt given as ids is the same generation.
+    assert [i for i, _ in s260k.generate(ref["prompt_ids"], max_tokens=n, **sampling)] == ids
+
+
+def test_generate_seeds_differ(s260k):
+    a = [i for i, _ in s260k.generate(PROMPT, max_tokens=32, seed=1, stop_on_eos=False)]
+    b = [i for i, _ in s260k.generate(PROMPT, max_tokens=32, seed=2, stop_on_eos=False)]
+    assert len(a) == len(b) == 32 and a != b
+
+
+def test_generate_close_stops_early(s260k):
+    g = s260k.generate(PROMPT, max_tokens=400, stop_on_eos=False)
+    got = [next(g) for _ in range(3)]
+    assert len(got) == 3
+    g.close()
+    r = g.result
+    assert r["cancelled"] and not r["stopped"]
+    # The worker is at most the queue (4 ids) and the token being produced past the reader.
+    assert 3 <= len(r["generated_ids"]) <= 3 + 4 + 1 < 400
+    with pytest.raises(StopIteration):
+        next(g)
+    # A `with` block closes it; so does dropping it (no hang, no crash).
+    with s260k.generate(PROMPT, max_tokens=400, stop_on_eos=False) as g2:
+        for _ in zip(range(2), g2):
+            pass
+    assert g2.result["cancelled"]
+    g3 = s260k.generate(PROMPT, max_tokens=400, stop_on_eos=False)
+    next(g3)
+    del g3
+    for i, _ in s260k.generate(PROMPT, max_tokens=400, stop_on_eos=False):
+        break
+
+
+def test_generate_closed_from_another_thread(s260k):
+    # A reader blocked in next() ends with StopIteration when another thread closes the iterator.
+    g = s260k.generate(PROMPT, max_tokens=480, stop_on_eos=False)
+    ids = []
+    for i, (tok, _) in enumerate(g):
+        ids.append(tok)
+        if i == 5:
+            threading.Thread(target=g.close).start()
+    r = g.result
+    assert r["cancelled"] and len(ids) < 480 and r["generated_ids"][:len(ids)] == ids
+
+
+def test_generate_zero_tokens_and_stop(s260k):
+    g = s260k.generate(PROMPT, max_tokens=0)
+    assert list(g) == [] and g.result["generated_ids"] == []
+    # stories260K ends its stories with EOS or BOS; with both stops, nothing after one.
+    ids = [i for i, _ in s260k.generate(PROMPT, max_tokens=400, temperature=0, stop_on_bos=True)]
+    assert all(i not in s260k.stop_ids and i != s260k.bos_id for i in ids)
+
+
+def test_concurrent_generations_equal_sequential(s260k):
+    # Sessions over one Model on several Python threads (each call releases the GIL).
+    seeds = [3, 4, 5]
+    want = {s: [i for i, _ in s260k.generate(PROMPT, max_tokens=40, seed=s)] for s in seeds}
+    got = {}
+
+    def run(s):
+        got[s] = [i for i, _ in s260k.generate(PROMPT, max_tokens=40, seed=s)]
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert got == want
+
+
+def test_gil_released_during_logits(smol):
+    # A Python thread keeps counting while logits() runs on SmolLM2: with the GIL held for the
+    # whole call it could not run at all inside the call (a 5 ms switch interval only applies to
+    # Python bytecode). Ticks are taken in the middle 80% of the call.
+    ids = smol.tokenize("The quick brown fox jumps over the lazy dog. " * 12)
+    smol.logits(ids[:4])  # warm up
+    ticks, stop = [], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=count)
+    t.start()
+    time.sleep(0.01)
+    t0 = time.perf_counter()
+    logits = smol.logits(ids)
+    t1 = time.perf_counter()
+    stop.set()
+    t.join()
+    assert logits.shape == (len(ids), smol.vocab_size)
+    lo, hi = t0 + 0.1 * (t1 - t0), t1 - 0.1 * (t1 - t0)
+    inside = [x for x in ticks if lo <= x <= hi]
+    assert len(inside) >= 5, f"{len(inside)} ticks during a {t1 - t0:.3f} s logits() call"
+
+
+@needs_cli
+def test_smollm2_greedy_matches_cli(smol):
+    n = 12
+    ref = cli("generate", "-m", SMOL, "-p", "The capital of France is", "-n", n, "--temp", 0)
+    ids = [i for i, _ in smol.generate("The capital of France is", max_tokens=n, temperature=0)]
+    assert ids == ref["generated_ids"]
+
+
+# ---- errors -------------------------------------------------------------------------------------
+
+
+def test_errors(s260k, tmp_path):
+    missing = tmp_path / "no-such-model"
+    with pytest.raises(sinkq.Error, match="no-such-model"):
+        sinkq.load(missing)
+    with pytest.raises(sinkq.Error, match=r"weights\.bits"):
+        sinkq.load(S260K, recipe={"weights": {"bits": "eight"}})
+    with pytest.raises(sinkq.Error, match=r"weights\.bitz"):
+        sinkq.load(S260K, recipe='{"weights": {"bitz": 8}}')
+    with pytest.raises(sinkq.Error, match="no-such-preset"):
+        sinkq.load(S260K, recipe="no-such-preset")
+    with pytest.raises(sinkq.Error, match="not valid JSON"):
+        sinkq.load(S260K, recipe="{bits: 8")
+    with pytest.raises(TypeError):
+        sinkq.load(S260K, recipe=8)
+    with pytest.raises(TypeError):
+        sinkq.load(42)
+    with pytest.raises(ValueError):
+        sinkq.load(S260K, threads=0)
+    with pytest.raises(sinkq.Error, match="99999"):
+        s260k.logits([1, 99999])
+    with pytest.raises(sinkq.Error, match="-3"):
+        s260k.logits([1, -3])
+    with pytest.raises(sinkq.Error, match="512"):
+        s260k.detokenize([512])
+    with pytest.raises(sinkq.Error):
+        s260k.generate([1, 5000])
+    with pytest.raises(sinkq.Error):
+        s260k.logits([1] * 513)  # longer than the model's 512 positions
+    with pytest.raises(ValueError):
+        s260k.logits([])
+    with pytest.raises(TypeError):
+        s260k.logits("Once upon a time")
+    with pytest.raises(TypeError):
+        s260k.logits([1, 2.5])
+    with pytest.raises(TypeError):
+        s260k.tokenize(123)
+    with pytest.raises(TypeError):
+        s260k.generate(3.5)
+    with pytest.raises(ValueError):
+        s260k.generate(PROMPT, max_tokens=-1)
+    with pytest.raises(ValueError):
+        s260k.generate(PROMPT, top_p=0)
+    with pytest.raises(ValueError):
+        s260k.generate(PROMPT, temperature=-1)
+    with pytest.raises(sinkq.Error, match="exceeds"):
+        s260k.generate(PROMPT, max_tokens=600)
+    with pytest.raises(sinkq.Error, match="protocol"):
+        s260k.ppl("some text", protocol="nope")
+    with pytest.raises(sinkq.Error):
+        s260k.ppl("too short", ctx=64)  # no complete window
+    with pytest.raises(sinkq.Error, match="no-such-file"):
+        s260k.ppl(file=tmp_path / "no-such-file.txt")
+    with pytest.raises(TypeError):
+        s260k.ppl()
+    with pytest.raises(sinkq.Error, match="from = 0"):
+        s260k.logprobs([1, 2, 3], start=0)
+    # The model is still usable after every error above.
+    assert s260k.logits([1, 2]).shape == (2, 512)
+
+
+# ---- recipes, quantization, the packed runtime ---------------------------------------------------
+
+
+def test_recipe_forms(tmp_path):
+    by_name = sinkq.load(S260K, recipe="w8a8")
+    as_dict = sinkq.load(S260K, recipe=by_name.recipe)
+    as_json = sinkq.load(S260K, recipe=json.dumps(by_name.recipe))
+    f = tmp_path / "recipe.json"
+    f.write_text(json.dumps(by_name.recipe))
+    as_file = sinkq.load(S260K, recipe=str(f))
+    ids = by_name.tokenize(PROMPT)
+    want = by_name.logits(ids)
+    for m in (as_dict, as_json, as_file):
+        assert m.recipe == by_name.recipe and m.describe() == by_name.describe()
+        np.testing.assert_array_equal(m.logits(ids), want)
+    fp = sinkq.load(S260K)
+    assert not np.array_equal(fp.logits(ids), want)  # W8A8 does change the logits
+
+
+@needs_cli
+def test_quantize_packed_runtime(tmp_path, text_file):
+    out = tmp_path / "s260k-w8a8"
+    info = sinkq.quantize(S260K, out, "w8a8")
+    assert info["out"] == str(out) and info["model"] == str(S260K)
+    assert set(info) == {"out", "model", "config", "files", "total_bytes", "tensor_bytes", "packed_weight_bytes",
+                         "fp16_bytes", "ratio_to_fp16", "fp_dtype", "seconds"}
+    # The CLI writes the same artifact byte for byte (the writer is deterministic).
+    ref_out = tmp_path / "cli"
+    ref = cli("quantize", "-m", S260K, "--preset", "w8a8", "-o", ref_out)
+    for key in ("config", "files", "total_bytes", "tensor_bytes", "packed_weight_bytes", "fp16_bytes", "fp_dtype"):
+        assert info[key] == ref[key], key
+    for name in info["files"]:
+        assert (out / name).read_bytes() == (ref_out / name).read_bytes(), name
+    with pytest.raises(sinkq.Error, match="already exists"):
+        sinkq.quantize(S260K, out, "w8a8")
+    with pytest.raises(sinkq.Error, match="artifact"):
+        sinkq.load(out, recipe="w8a8")
+
+    packed16 = sinkq.load(out)
+    assert packed16.runtime == "packed"
+
+    # Against the simulator: an artifact with fp32 embeddings / lm_head (the default rounds an fp32
+    # source's to fp16, a difference of its own), so only the runtime differs. The packed int8
+    # kernels compute what the simulator fake-quantizes in another order (integer dot products,
+    # scales applied after): fp32 rounding differences (observed ~1e-5 on a short prompt), which
+    # now and then move a later activation across an int8 rounding boundary: one step of its
+    # per-token scale, 1/127 (0.8%) of the row's max, carried on through the later layers. So a
+    # logit may move by about that share of the logits' spread: bound 2% (observed 0.7% on the 180
+    # tokens below), the mean difference far less (bound 0.1%, observed 0.015%), and perplexity,
+    # an average over every scored target, by a fraction of a percent (bound 0.5%, observed 0.016%).
+    out32 = tmp_path / "s260k-w8a8-f32"
+    assert sinkq.quantize(S260K, out32, "w8a8", fp_dtype="f32")["fp_dtype"] == "F32"
+    packed = sinkq.load(out32)
+    sim = sinkq.load(S260K, recipe="w8a8")
+    assert packed.runtime == "packed" and sim.runtime == "simulated"
+    ids = sim.tokenize(text_file.read_text(encoding="utf-8")[:1000])[:180]
+    a, b = packed.logits(ids), sim.logits(ids)
+    spread = float(b.max() - b.min())
+    assert float(np.abs(a - b).max()) <= 0.02 * spread
+    assert float(np.abs(a - b).mean()) <= 0.001 * spread
+    pp, ps = packed.ppl(file=text_file, ctx=64, windows=3), sim.ppl(file=text_file, ctx=64, windows=3)
+    assert pp["runtime"] == "packed" and abs(pp["ppl"] / ps["ppl"] - 1) < 0.005
+    # The packed runtime is what `sinkq ppl` runs on the artifact.
+    assert pp["window_nll"] == cli("ppl", "-m", out32, "-f", text_file, "--ctx", 64, "--max-windows", 3)["window_nll"]
+
+
+# ---- analyze ------------------------------------------------------------------------------------
+
+
+@needs_cli
+def test_analyze_matches_cli(s260k):
+    ref = cli("analyze", "-m", S260K, "--data", C4, "--samples", 2, "--len", 48)
+    mine = s260k.analyze(data=C4, samples=2, len=48)
+    assert mine["model_dir"] == ref["model_dir"] == str(S260K)
+    assert mine == ref
+    by_text = s260k.analyze(texts=["Once upon a time there was a cat. " * 4, "The dog ran to the park."])
+    assert by_text["samples"] == 2 and by_text["data"] == {"texts": 2, "bos": True}
+    with pytest.raises(TypeError):
+        s260k.analyze()
+    with pytest.raises(ValueError):
+        s260k.analyze(texts=["a b c"], bits=9)

@@ -14,14 +14,15 @@ SECONDS_PER_TARGET="${1:-600}"
 shift || true
 TARGETS=("$@")
 ((${#TARGETS[@]})) || TARGETS=(fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf
-                              fuzz_artifact_recipe fuzz_artifact_tensors)
+                              fuzz_artifact_recipe fuzz_artifact_tensors fuzz_server_request)
 S=../shared
 [ -d "$S/models/stories260K" ] || { echo "fuzz: ../shared must sit beside the checkout" >&2; exit 1; }
 bash scripts/install-deps.sh clang-14 libclang-rt-14-dev libomp-14-dev
 bash scripts/build.sh >/dev/null  # the Release sinkq writes the seed artifact
 CC=clang-14 CXX=clang++-14 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSINKQ_FUZZ=ON \
   -DSINKQ_BUILD_TESTS=OFF -DSINKQ_BUILD_BENCH=OFF >/dev/null
-ninja -C build-fuzz fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf fuzz_artifact
+ninja -C build-fuzz fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokenizer_model fuzz_gguf fuzz_artifact \
+  fuzz_server_request
 
 # Seed corpora: the real files in ../shared below a size cap, and, for the large kinds, the same
 # files cut to their first 300 tokens / their small tensors (scripts/fuzz_seeds.py): a seed's size
@@ -29,7 +30,7 @@ ninja -C build-fuzz fuzz_safetensors fuzz_config fuzz_tokenizer_json fuzz_tokeni
 C=build-fuzz/corpus-$$  # per run: two runs with different targets may go side by side
 ART=build-fuzz/seed-artifact-$$
 trap 'rm -rf "$C" "$ART"' EXIT
-rm -rf "$C" && mkdir -p "$C"/{safetensors,config,tokenizer_json,tokenizer_model,gguf,artifact_recipe,artifact_tensors}
+rm -rf "$C" && mkdir -p "$C"/{safetensors,config,tokenizer_json,tokenizer_model,gguf,artifact_recipe,artifact_tensors,server_request}
 seed() {  # seed MAX_BYTES DIR FILE...: copies the files below MAX_BYTES, named after their path
   local max="$1" d="$2"; shift 2
   for f in "$@"; do
@@ -45,6 +46,15 @@ seed 100000 "$C/tokenizer_json" $(find "$S/models" "$S/tokenizers" -name tokeniz
 seed 100000 "$C/tokenizer_model" $(find "$S" -name tokenizer.model)
 seed 1000000 "$C/artifact_recipe" "$ART/sinkq_recipe.json"
 seed 1000000 "$C/artifact_tensors" "$ART/model.safetensors"
+# Request bodies of sinkq serve: the shapes its tests and lm-eval send.
+i=0
+for b in '{"prompt": "Once upon a time", "max_tokens": 16, "temperature": 0.7, "top_p": 0.9, "seed": 1, "stop": ["\n", "END"]}' \
+         '{"model": "m", "prompt": [[1, 2, 3]], "max_tokens": 1, "echo": true, "logprobs": 1, "temperature": 0, "seed": 1234}' \
+         '{"prompt": ["a", "b"], "stream": true, "stream_options": {"include_usage": true}, "n": 1, "logit_bias": {}}' \
+         '{"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": [{"type": "text", "text": "hi"}]}], "logprobs": true, "top_logprobs": 2}' \
+         '{"prompt": "x", "add_special_tokens": false}' '{"tokens": [1, 2, 511]}'; do
+  printf '%s' "$b" > "$C/server_request/seed$((i++)).json"
+done
 
 status=0
 printf '%-24s %12s %10s %9s %s\n' target executions exec/s seconds findings

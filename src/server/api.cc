@@ -18,7 +18,7 @@ json parse_body(std::string_view body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double's range
     bad("", fmt::format("the request body is not valid JSON: {}", e.what()));
   }
   if (!j.is_object()) bad("", fmt::format("the request body must be a JSON object (got {})", j.type_name()));

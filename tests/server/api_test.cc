@@ -64,6 +64,7 @@ TEST(ServerApi, CompletionErrorsNameTheField) {
   const Case cases[] = {
       {R"({"prompt": "x",)", "", "not valid JSON"},
       {R"([1, 2])", "", "must be a JSON object"},
+      {R"({"prompt": "x", "max_tokens": 1e999})", "", "not valid JSON"},  // out_of_range, not parse_error (fuzzer)
       {R"({})", "prompt", "'prompt' is required"},
       {R"({"prompt": 5})", "prompt", "must be a string"},
       {R"({"prompt": []})", "prompt", "empty array"},

@@ -142,6 +142,21 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::shared_ptr<const runtime::QuantizedModel> packed_;
 };
 
+// `sinkq quantize` as one library call (the CLI and the Python module both run it): checks that
+// the kernels run `recipe`, refuses an existing `out` unless force, opens `model` with the recipe
+// (the calibration pipeline), packs it and writes the artifact atomically. fp_dtype is the storage
+// of the embeddings / lm_head: "auto" (the source's when 16-bit, else f16), "f32", "f16", "bf16".
+// `names` spell the options in errors ("--force" / "force=True", "--fp-dtype" / "fp_dtype").
+// Returns the summary `sinkq quantize --json` prints (out, files, bytes, ratio to fp16, seconds).
+struct QuantizeArtifactOptions {
+  std::string fp_dtype = "auto";
+  bool force = false;
+  quant::PipelineOptions pipeline;
+  std::string force_name = "--force", fp_dtype_name = "--fp-dtype";
+};
+nlohmann::json quantize_artifact(const std::string& model, const std::string& out, const quant::Recipe& recipe,
+                                 const QuantizeArtifactOptions& opt = {});
+
 // One sequence over an Engine: its own Forward (KV cache after the engine's prefix). Not
 // thread-safe itself; use one per thread.
 class Session {

@@ -594,60 +594,24 @@ py::object analyze(const PyModel& m, py::handle data_obj, std::optional<std::vec
 
 // ---- quantize --------------------------------------------------------------------------------------
 
-// `sinkq quantize --json` (src/cli/cmd_quantize.cc): the same checks and calls.
+// `sinkq quantize --json`: the same library call (quantize_artifact, include/sinkq/engine.h).
 py::object quantize(py::handle src_obj, py::handle out_obj, py::handle recipe_obj, bool force,
                   const std::string& fp_dtype_name, std::optional<int> threads) {
   const std::string src = fspath(src_obj, "src"), out = fspath(out_obj, "out");
   if (recipe_obj.is_none()) throw py::type_error("quantize: a recipe is required (a preset name such as 'w8a8', a JSON "
                                                  "string, a recipe file or a dict)");
   const quant::Recipe cfg = *recipe_of(recipe_obj);
-  auto fp_dtype = [&](DType source) {
-    if (fp_dtype_name == "auto") return source == DType::F32 ? DType::F16 : source;
-    if (fp_dtype_name == "f32") return DType::F32;
-    if (fp_dtype_name == "f16") return DType::F16;
-    if (fp_dtype_name == "bf16") return DType::BF16;
-    throw py::value_error(fmt::format("fp_dtype '{}': expected auto, f32, f16 or bf16", fp_dtype_name));
-  };
-  fp_dtype(DType::F32);
   set_threads(threads);
+  QuantizeArtifactOptions qo;
+  qo.fp_dtype = fp_dtype_name;
+  qo.force = force;
+  qo.pipeline.log = "quantize";
+  qo.force_name = "force=True";
+  qo.fp_dtype_name = "fp_dtype";
   json j;
   {
     py::gil_scoped_release nogil;
-    const auto t0 = std::chrono::steady_clock::now();
-    runtime::check_runnable(cfg);
-    std::error_code ec;
-    SINKQ_CHECK(force || !std::filesystem::exists(out, ec),
-                "'{}' already exists: refusing to overwrite it (use force=True to replace it)", out);
-    OpenOptions oo;
-    oo.recipe = cfg;
-    oo.pipeline.log = "quantize";
-    const std::shared_ptr<const Engine> engine = Engine::open(src, oo);
-    const Model& model = *engine->source_model();
-    runtime::QuantizeOptions qo;
-    qo.fp_dtype = fp_dtype(model.weights().embed.dtype);
-    const runtime::QuantizedModel qm = engine->pack(qo);
-    runtime::WriteOptions wo;
-    wo.force = force;
-    const runtime::ArtifactInfo info = runtime::write_artifact(qm, src, out, wo);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double fp16 = 2.0 * double(model.weights().parameter_count());
-    uint64_t tensors = 0;
-    json files = json::object();
-    for (const auto& [name, bytes] : info.files) {
-      files[name] = bytes;
-      if (name == "model.safetensors") tensors = bytes;
-    }
-    j = {{"out", info.dir},
-         {"model", src},
-         {"config", qm.describe()},
-         {"files", files},
-         {"total_bytes", info.total_bytes},
-         {"tensor_bytes", tensors},
-         {"packed_weight_bytes", qm.packed_bytes()},
-         {"fp16_bytes", int64_t(fp16)},
-         {"ratio_to_fp16", double(tensors) / fp16},
-         {"fp_dtype", std::string(dtype_name(*qo.fp_dtype))},
-         {"seconds", seconds}};
+    j = quantize_artifact(src, out, cfg, qo);
   }
   return to_py(j);
 }

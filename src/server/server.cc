@@ -107,6 +107,10 @@ struct Server::Impl {
 
   void routes();
   std::shared_ptr<Slot> acquire_or_503();
+  // A response or stream chunk: {"id", "object", "created", "model", "choices"}.
+  json envelope(const std::string& id, const char* object, json choices) const {
+    return {{"id", id}, {"object", object}, {"created", created}, {"model", opt.alias}, {"choices", std::move(choices)}};
+  }
   std::string metrics_text();
   json model_json() const;
   void check_model(const std::string& requested) const;
@@ -384,6 +388,18 @@ json usage(int64_t prompt, int64_t gen) {
   return {{"prompt_tokens", prompt}, {"completion_tokens", gen}, {"total_tokens", prompt + gen}};
 }
 
+// The end of a stream: the usage chunk when asked for (`last`: an envelope with no choices), then
+// "[DONE]". False when the client is gone.
+bool end_stream(httplib::DataSink& sink, json last, bool include_usage, json u) {
+  if (include_usage) {
+    last["usage"] = std::move(u);
+    if (!write_sse(sink, sse(last))) return false;
+  }
+  if (!write_sse(sink, "data: [DONE]\n\n")) return false;
+  sink.done();
+  return true;
+}
+
 // The prompt (or conversation) must leave room for max_tokens in a session; -1 (chat without
 // max_tokens): whatever is left.
 int64_t resolve_max_tokens(int64_t max_tokens, size_t prompt, int64_t ctx, const std::string& where) {
@@ -547,13 +563,9 @@ void Server::Impl::routes() {
         n_prompt += int64_t(p.size());
         n_gen += int64_t(c.ids.size());
       }
-      res.set_content(dump({{"id", id},
-                            {"object", "text_completion"},
-                            {"created", created},
-                            {"model", opt.alias},
-                            {"choices", choices},
-                            {"usage", usage(n_prompt, n_gen)}}),
-                      "application/json");
+      json body = envelope(id, "text_completion", std::move(choices));
+      body["usage"] = usage(n_prompt, n_gen);
+      res.set_content(dump(body), "application/json");
       return;
     }
     // Streaming: the generation runs in the content provider (on this thread, after the handler
@@ -563,11 +575,8 @@ void Server::Impl::routes() {
                                                              size_t, httplib::DataSink& sink) {
       const Tokenizer& tok = engine->tokenizer();
       auto chunk = [&](size_t i, const std::string& text, json lp, json finish) {
-        return sse({{"id", id},
-                    {"object", "text_completion"},
-                    {"created", created},
-                    {"model", opt.alias},
-                    {"choices", json::array({{{"text", text}, {"index", i}, {"logprobs", lp}, {"finish_reason", finish}}})}});
+        return sse(envelope(id, "text_completion",
+                            json::array({{{"text", text}, {"index", i}, {"logprobs", lp}, {"finish_reason", finish}}})));
       };
       int64_t n_prompt = 0, n_gen = 0;
       for (size_t i = 0; i < prompts->size(); ++i) {
@@ -587,13 +596,7 @@ void Server::Impl::routes() {
         n_prompt += int64_t(p.size());
         n_gen += int64_t(c.ids.size());
       }
-      if (r->s.include_usage &&
-          !write_sse(sink, sse({{"id", id}, {"object", "text_completion"}, {"created", created}, {"model", opt.alias},
-                                {"choices", json::array()}, {"usage", usage(n_prompt, n_gen)}})))
-        return false;
-      if (!write_sse(sink, "data: [DONE]\n\n")) return false;
-      sink.done();
-      return true;
+      return end_stream(sink, envelope(id, "text_completion", json::array()), r->s.include_usage, usage(n_prompt, n_gen));
     });
   }));
 
@@ -612,16 +615,13 @@ void Server::Impl::routes() {
     const Tokenizer& tok = engine->tokenizer();
     if (!r->s.stream) {
       const ChoiceResult c = run_choice(*this, *slot, *prompt, r->s, end_turn, false, {});
-      res.set_content(dump({{"id", id},
-                            {"object", "chat.completion"},
-                            {"created", created},
-                            {"model", opt.alias},
-                            {"choices", json::array({{{"index", 0},
-                                                      {"message", {{"role", "assistant"}, {"content", c.text}}},
-                                                      {"logprobs", want_lp ? chat_logprobs(tok, c, 0, c.ids.size()) : json(nullptr)},
-                                                      {"finish_reason", c.finish}}})},
-                            {"usage", usage(int64_t(prompt->size()), int64_t(c.ids.size()))}}),
-                      "application/json");
+      json body = envelope(id, "chat.completion",
+                           json::array({{{"index", 0},
+                                         {"message", {{"role", "assistant"}, {"content", c.text}}},
+                                         {"logprobs", want_lp ? chat_logprobs(tok, c, 0, c.ids.size()) : json(nullptr)},
+                                         {"finish_reason", c.finish}}}));
+      body["usage"] = usage(int64_t(prompt->size()), int64_t(c.ids.size()));
+      res.set_content(dump(body), "application/json");
       return;
     }
     res.set_header("Cache-Control", "no-cache");
@@ -629,11 +629,8 @@ void Server::Impl::routes() {
                                                              size_t, httplib::DataSink& sink) {
       const Tokenizer& tok = engine->tokenizer();
       auto chunk = [&](json delta, json lp, json finish) {
-        return sse({{"id", id},
-                    {"object", "chat.completion.chunk"},
-                    {"created", created},
-                    {"model", opt.alias},
-                    {"choices", json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}})}});
+        return sse(envelope(id, "chat.completion.chunk",
+                            json::array({{{"index", 0}, {"delta", delta}, {"logprobs", lp}, {"finish_reason", finish}}})));
       };
       if (!write_sse(sink, chunk({{"role", "assistant"}, {"content", ""}}, nullptr, nullptr))) return false;
       StreamHooks h;
@@ -642,13 +639,8 @@ void Server::Impl::routes() {
       };
       const ChoiceResult c = run_choice(*this, *slot, *prompt, r->s, end_turn, false, h);
       if (c.client_gone || !write_sse(sink, chunk(json::object(), nullptr, c.finish))) return false;
-      if (r->s.include_usage &&
-          !write_sse(sink, sse({{"id", id}, {"object", "chat.completion.chunk"}, {"created", created}, {"model", opt.alias},
-                                {"choices", json::array()}, {"usage", usage(int64_t(prompt->size()), int64_t(c.ids.size()))}})))
-        return false;
-      if (!write_sse(sink, "data: [DONE]\n\n")) return false;
-      sink.done();
-      return true;
+      return end_stream(sink, envelope(id, "chat.completion.chunk", json::array()), r->s.include_usage,
+                        usage(int64_t(prompt->size()), int64_t(c.ids.size())));
     });
   }));
 }

@@ -406,7 +406,8 @@ TEST(Server, BusyAndDisconnect) {
   EXPECT_EQ(r.post("/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}})["choices"].size(), 1u);
 }
 
-// A queue of one: the second request waits for the session and is answered, not refused.
+// One session and a queue of two: the requests beyond the first wait for the session and are
+// answered, not refused.
 TEST(Server, QueuedRequestsWait) {
   ServerOptions o;
   o.ctx = 128;

@@ -91,6 +91,7 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
     const int32_t id = sampler.sample(logits);
     if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end()) {
       r.stopped = true;
+      if (opt.logprobs >= 0) r.stop_logprob = token_logprob(logits.data(), int64_t(logits.size()), id, opt.logprobs);
       break;
     }
     r.generated.push_back(id);

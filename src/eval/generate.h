@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -56,6 +57,9 @@ struct GenerateResult {
   bool cancelled = false;          // on_token returned false
   std::vector<TokenLogprob> logprobs;  // per generated token when opt.logprobs >= 0
   std::vector<TokenLogprob> prompt_logprobs;  // prompt[1..] when opt.prompt_logprobs
+  // The stop id that ended generation (stopped) and, when opt.logprobs >= 0, its log-probability:
+  // not emitted, but a completion API lists it (lm-eval counts on len(prompt) + max_tokens entries).
+  std::optional<TokenLogprob> stop_logprob;
   double prefill_seconds = 0, decode_seconds = 0;
 };
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -125,6 +126,7 @@ struct ChoiceResult {
   std::string finish = "length";
   std::vector<int32_t> ids;     // generated ids
   std::vector<TokenLogprob> logprobs, prompt_logprobs;
+  std::optional<TokenLogprob> stop_logprob;  // the stop id that ended it (listed in logprobs, no text)
   bool client_gone = false;
 };
 
@@ -314,6 +316,7 @@ ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>&
       out.client_gone = true;
   }
   if (out.prompt_logprobs.empty()) out.prompt_logprobs = g.prompt_logprobs;
+  out.stop_logprob = g.stop_logprob;
   out.text = stop.text();
   out.finish = stop.matched() || g.stopped ? "stop" : "length";
   if (out.client_gone) ++m.cancelled;
@@ -554,6 +557,10 @@ void Server::Impl::routes() {
           std::vector<LpEntry> es = r->echo ? prompt_entries(p, c) : std::vector<LpEntry>{};
           const std::vector<LpEntry> g = generated_entries(c, 0, c.ids.size());
           es.insert(es.end(), g.begin(), g.end());
+          // The stop token too (its logprob, no text), as vLLM lists it: lm-eval's loglikelihood
+          // reads token_logprobs[ctxlen:-1] of an echo with max_tokens 1, i.e. expects
+          // len(prompt) + 1 entries even when the one sampled token is EOS.
+          if (c.stop_logprob) es.push_back({c.stop_logprob->id, &*c.stop_logprob});
           lp = completion_logprobs(tok, es);
         }
         choices.push_back({{"text", r->echo ? prompt_text(i) + c.text : c.text},

@@ -186,6 +186,18 @@ TEST(Server, EchoLogprobsAreTheSessionsLogprobs) {
     }
     EXPECT_EQ(j["choices"][0]["text"].get<std::string>().rfind(e->tokenizer().decode(ids, false), 0), 0u);
   }
+  // A prompt whose greedy next token is a stop id (<|im_end|> after a finished answer): the stop
+  // token is still listed (logprob, no text), so lm-eval's token_logprobs[ctxlen:-1] keeps every
+  // continuation token.
+  const std::vector<int32_t> done = e->tokenizer().encode(
+      render_chat(e->tokenizer().chat_template(), "t", {{"user", "What is 2+2?"}}, true) + "The answer is 4.");
+  const json j = r.post("/v1/completions", {{"prompt", {done}}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 1},
+                                            {"temperature", 0}});
+  ASSERT_EQ(j["choices"][0]["finish_reason"], "stop") << "the model should end its turn here";
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["token_logprobs"].size(), done.size() + 1);
+  const std::vector<TokenLogprob> sc = s->score(done, 1, 0);
+  EXPECT_EQ(lp["token_logprobs"][done.size() - 1].get<double>(), sc.back().logprob);  // the last prompt token
 }
 
 TEST(Server, StreamsConcatenateToTheCompletion) {

@@ -362,6 +362,13 @@ def main():
         valid = [r for r in results if r["what"] == "valid"]
         invalid = [r for r in results if r["what"] == "invalid"]
         bad = [r for r in results if not r["ok"]]
+        kinds = {}
+        for r in bad:  # failures by cause: an exception's class, or the status / mismatch
+            d = r["detail"] or ""
+            k = d.split(":")[0] if r["status"] is None else (f"status {r['status']}" if r["status"] != 200 else "text differs")
+            kinds[k] = kinds.get(k, 0) + 1
+        if kinds:
+            print(f"   failed requests by cause: {kinds}", flush=True)
         for r in bad[:10]:
             failures.append(f"P={P} client {r['client']} {r['what']} {r['kind']}: {r['detail']}")
         if len(bad) > 10:

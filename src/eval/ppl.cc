@@ -43,15 +43,22 @@ TokenLogprob token_logprob(const float* logits, int64_t vocab, int32_t id, int t
   TokenLogprob r;
   r.id = id;
   r.logprob = -(lse - double(logits[id]));  // = −token_nll bit for bit
-  const int64_t n = std::min<int64_t>(top_n, vocab);
+  const size_t n = size_t(std::min<int64_t>(top_n, vocab));
   if (n == 0) return r;
-  std::vector<int32_t> idx(static_cast<size_t>(vocab));
-  for (int64_t i = 0; i < vocab; ++i) idx[size_t(i)] = int32_t(i);
-  std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
-  r.top.reserve(size_t(n));
-  for (int64_t i = 0; i < n; ++i) r.top.emplace_back(idx[size_t(i)], -(lse - double(logits[idx[size_t(i)]])));
+  // The n largest in one pass, kept sorted (n <= 20 in every caller: no vocab-sized buffer or sort
+  // per scored position). Ids go up, and only a strictly larger logit moves ahead: a tie keeps the
+  // lower id first.
+  std::vector<std::pair<float, int32_t>> best;
+  best.reserve(n + 1);
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (best.size() == n && !(v > best.back().first)) continue;
+    auto at = std::upper_bound(best.begin(), best.end(), v, [](float x, const auto& b) { return x > b.first; });
+    best.insert(at, {v, int32_t(i)});
+    if (best.size() > n) best.pop_back();
+  }
+  r.top.reserve(n);
+  for (const auto& [v, i] : best) r.top.emplace_back(i, -(lse - double(v)));
   return r;
 }
 

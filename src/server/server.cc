@@ -227,11 +227,13 @@ std::vector<int32_t> Server::Impl::chat_tokens(const ChatRequest& r) const {
   if (tpl.empty())
     throw ApiError(400, fmt::format("the model ({}) has no chat template: use /v1/completions with the prompt written out",
                                     opt.alias), "messages");
-  const std::string spec = engine->prefix_json().is_object() ? engine->prefix_json().value("spec", "") : "";
-  const bool system_prefix = spec.rfind("system:", 0) == 0;
+  // The prefix's spec, read by the one --prefix parser (calib/prefix.h): a system prompt or not.
+  const std::string spec_text = engine->prefix_json().is_object() ? engine->prefix_json().value("spec", "") : "";
+  const std::optional<PrefixSpec> spec = spec_text.empty() ? std::nullopt : std::optional(parse_prefix_spec(spec_text));
+  const bool system_prefix = spec && spec->kind == PrefixSpec::Kind::System;
   std::vector<ChatMessage> messages = r.messages;
   // IntactKV[P]: a conversation without a system message runs behind the prefix's.
-  if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec.substr(7)});
+  if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec->text});
   std::string text;
   try {
     text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true);
@@ -245,7 +247,7 @@ std::vector<int32_t> Server::Impl::chat_tokens(const ChatRequest& r) const {
   if (system_prefix)
     throw ApiError(400, fmt::format("this model runs behind the system prompt it was quantized with (IntactKV[P], '{}'): "
                                     "send that system message first, or none (it is then taken as given)",
-                                    spec.substr(7)), "messages");
+                                    spec->text), "messages");
   if (engine->prefix_has_bos() && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
   return ids;
 }

@@ -489,16 +489,7 @@ py::object ppl(const PyModel& m, py::handle text_obj, py::handle file_obj, std::
     if (use_file) {
       toks = scoring_tokens(file, e.tokenizer());
     } else {
-      // scoring_tokens' reading of a file (CRLF as LF), then its tokenization.
-      std::string t;
-      t.reserve(text.size());
-      for (size_t i = 0; i < text.size(); ++i)
-        if (!(text[i] == '\r' && i + 1 < text.size() && text[i + 1] == '\n')) t += text[i];
-      SINKQ_CHECK(!t.empty(), "the text is empty: nothing to score");
-      EncodeOptions raw;
-      raw.add_special = false;
-      raw.parse_special = false;
-      toks = e.tokenizer().encode(t, raw);
+      toks = scoring_tokens_of_text(text, e.tokenizer(), "the text");
     }
     const PplOptions po = ppl_options(e.tokenizer(), ctx, protocol, windows.value_or(0));
     check_ppl_text(toks, po);  // before the KV cache of ctx positions is allocated

@@ -144,8 +144,9 @@ void AtomicFileWriter::commit() {
   }
 }
 
-std::string read_text_file(const std::string& path) {
-  const std::string s = read_file(path);
+std::string read_text_file(const std::string& path) { return lf_text(read_file(path)); }
+
+std::string lf_text(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {

@@ -39,6 +39,8 @@ std::string read_file(const std::string& path);
 // Whole text file with CRLF read as LF (the evaluation convention of the papers' data loaders and
 // of ../shared/golden); throws sinkq::Error naming the path.
 std::string read_text_file(const std::string& path);
+// Text as read_text_file gives it: CRLF line ends as LF.
+std::string lf_text(std::string_view s);
 // Writes atomically: path.tmp.<pid>.<n> then rename(2). Throws sinkq::Error naming the path.
 void write_file_atomic(const std::string& path, std::string_view contents);
 

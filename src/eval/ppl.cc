@@ -190,8 +190,12 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
 }
 
 std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok) {
-  const std::string text = read_text_file(path);
-  SINKQ_CHECK(!text.empty(), "'{}' is empty: no text to score", path);
+  return scoring_tokens_of_text(read_file(path), tok, "'" + path + "'");
+}
+
+std::vector<int32_t> scoring_tokens_of_text(std::string_view in, const Tokenizer& tok, std::string_view what) {
+  const std::string text = lf_text(in);
+  SINKQ_CHECK(!text.empty(), "{} is empty: no text to score", what);
   EncodeOptions raw;
   raw.add_special = false;
   raw.parse_special = false;

@@ -27,6 +27,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/model.h"
@@ -74,6 +75,8 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
 // The text of `path` as every scoring command reads it: the whole file, tokenized raw (no BOS /
 // EOS added, special tokens not parsed: the protocols place [BOS] themselves). Error: an empty file.
 std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok);
+// The same for text in memory (CRLF read as LF, as from a file); `what` names it in the error.
+std::vector<int32_t> scoring_tokens_of_text(std::string_view text, const Tokenizer& tok, std::string_view what);
 // The options of a protocol for this tokenizer (its BOS id and add_bos).
 PplOptions ppl_options(const Tokenizer& tok, int64_t ctx, PplProtocol protocol, int64_t max_windows);
 

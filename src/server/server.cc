@@ -50,6 +50,7 @@ struct Server::Impl {
   std::shared_ptr<const Engine> engine;
   ServerOptions opt;
   httplib::Server http;
+  socket_t listen_sock = INVALID_SOCKET;  // the last socket httplib created to bind (see bind())
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
   std::atomic<bool> stopping{false}, run_active{false};
@@ -108,6 +109,7 @@ struct Server::Impl {
 
   void routes();
   std::shared_ptr<Slot> acquire_or_503();
+  std::string read_body(const httplib::ContentReader& reader, httplib::Response& res) const;
   // A response or stream chunk: {"id", "object", "created", "model", "choices"}.
   json envelope(const std::string& id, const char* object, json choices) const {
     return {{"id", id}, {"object", object}, {"created", created}, {"model", opt.alias}, {"choices", std::move(choices)}};
@@ -163,15 +165,21 @@ const std::string& Server::alias() const { return impl_->opt.alias; }
 
 int Server::bind() {
   Impl& m = *impl_;
-  if (m.opt.port == 0) {
-    const int p = m.http.bind_to_any_port(m.opt.host);
-    SINKQ_CHECK(p > 0, "--host {}: cannot bind a port there", m.opt.host);
-    return p;
+  int port = m.opt.port;
+  if (port == 0) {
+    port = m.http.bind_to_any_port(m.opt.host);
+    SINKQ_CHECK(port > 0, "--host {}: cannot bind a port there", m.opt.host);
+  } else {
+    SINKQ_CHECK(m.http.bind_to_port(m.opt.host, port),
+                "--host {} --port {}: cannot listen there (in use, or not an address of this machine)", m.opt.host, port);
   }
-  SINKQ_CHECK(m.http.bind_to_port(m.opt.host, m.opt.port),
-              "--host {} --port {}: cannot listen there (in use, or not an address of this machine)", m.opt.host,
-              m.opt.port);
-  return m.opt.port;
+  // Debian's libcpp-httplib is compiled with a listen backlog of 5: 100 clients connecting at once
+  // overflowed it (kernel ListenOverflows) and saw connection resets. listen(2) again on the bound
+  // socket sets the backlog (Linux; capped by net.core.somaxconn). The socket is the last one
+  // httplib created: it closes those it could not bind and stops at the first that binds.
+  if (m.listen_sock != INVALID_SOCKET)
+    SINKQ_CHECK(::listen(m.listen_sock, SOMAXCONN) == 0, "--port {}: listen(2) with backlog {} failed", port, SOMAXCONN);
+  return port;
 }
 
 void Server::run() {
@@ -424,6 +432,26 @@ int64_t resolve_max_tokens(int64_t max_tokens, size_t prompt, int64_t ctx, const
 
 }  // namespace
 
+// The request body, at most opt.max_body_bytes of it. Over the cap: 413. A chunked body over the
+// cap is drained (not kept) up to 8× the cap so the client reads the 413 on a clean connection,
+// as httplib does for a Content-Length over it; past that, reading stops and the connection's
+// next bytes are a 400 and its end.
+std::string Server::Impl::read_body(const httplib::ContentReader& reader, httplib::Response& res) const {
+  std::string body;
+  uint64_t seen = 0;
+  const uint64_t drain = uint64_t(opt.max_body_bytes) * 8;
+  const bool ok = reader([&](const char* data, size_t n) {
+    seen += n;
+    if (seen <= opt.max_body_bytes) body.append(data, n);
+    return seen <= drain;
+  });
+  // res.status 413: httplib saw a Content-Length over set_payload_max_length and skipped the body.
+  if (seen > opt.max_body_bytes || res.status == 413)
+    throw ApiError(413, fmt::format("the request body exceeds {} bytes", opt.max_body_bytes));
+  if (!ok) throw ApiError(400, "the request body could not be read (malformed chunked encoding, or the client stopped sending)");
+  return body;
+}
+
 std::shared_ptr<Slot> Server::Impl::acquire_or_503() {
   std::shared_ptr<Slot> slot = acquire();
   if (!slot)
@@ -435,7 +463,8 @@ std::shared_ptr<Slot> Server::Impl::acquire_or_503() {
 void Server::Impl::routes() {
   // SO_REUSEADDR alone: httplib's default adds SO_REUSEPORT, which lets a second server bind the
   // same port and silently take half of its connections.
-  http.set_socket_options([](socket_t sock) {
+  http.set_socket_options([this](socket_t sock) {
+    listen_sock = sock;
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
@@ -467,27 +496,41 @@ void Server::Impl::routes() {
     count_request(res.status == 404 ? "unknown" : req.path, res.status);
   });
 
-  // Wraps a handler: ApiError → its status and error object; sinkq::Error from computing → 500
+  // Runs a handler: ApiError → its status and error object; sinkq::Error from computing → 500
   // with sinkq's message; the request counted and logged.
-  auto wrap = [this](const std::string& endpoint, std::function<void(const httplib::Request&, httplib::Response&)> f) {
-    return [this, endpoint, f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
-      const auto t0 = clock_type::now();
-      res.status = 200;
-      try {
-        f(req, res);
-      } catch (const ApiError& e) {
-        res.status = e.status;
-        if (e.status == 503) res.set_header("Retry-After", "1");
-        res.set_content(dump(error_body(e)), "application/json");
-      } catch (const std::exception& e) {
-        res.status = 500;
-        res.set_content(dump(error_body(ApiError(500, e.what(), "", "server_error"))), "application/json");
-      }
-      count_request(endpoint, res.status);
-      if (opt.log_requests)
-        std::fprintf(stderr, "[serve] %s %s %d %.0f ms%s\n", req.method.c_str(), req.path.c_str(), res.status,
-                     seconds_since(t0) * 1e3, res.get_header_value("Content-Type") == "text/event-stream" ? " (stream starts)" : "");
+  auto run = [this](const std::string& endpoint, const httplib::Request& req, httplib::Response& res,
+                    const std::function<void()>& f) {
+    const auto t0 = clock_type::now();
+    res.status = 200;
+    try {
+      f();
+    } catch (const ApiError& e) {
+      res.status = e.status;
+      if (e.status == 503) res.set_header("Retry-After", "1");
+      res.set_content(dump(error_body(e)), "application/json");
+    } catch (const std::exception& e) {
+      res.status = 500;
+      res.set_content(dump(error_body(ApiError(500, e.what(), "", "server_error"))), "application/json");
+    }
+    count_request(endpoint, res.status);
+    if (opt.log_requests)
+      std::fprintf(stderr, "[serve] %s %s %d %.0f ms%s\n", req.method.c_str(), req.path.c_str(), res.status,
+                   seconds_since(t0) * 1e3, res.get_header_value("Content-Type") == "text/event-stream" ? " (stream starts)" : "");
+  };
+  auto wrap = [run](const std::string& endpoint, std::function<void(const httplib::Request&, httplib::Response&)> f) {
+    return [run, endpoint, f = std::move(f)](const httplib::Request& req, httplib::Response& res) {
+      run(endpoint, req, res, [&] { f(req, res); });
     };
+  };
+  // POST endpoints read their body through a content reader with the byte cap: httplib 0.11 holds
+  // set_payload_max_length against Content-Length only, so a chunked or length-less body was read
+  // whole into memory (a 64 MiB chunked body cost 85 MiB before any answer).
+  auto post = [this, run](const std::string& endpoint,
+                          std::function<void(const std::string&, httplib::Response&)> f) {
+    http.Post(endpoint, [this, run, endpoint, f = std::move(f)](const httplib::Request& req, httplib::Response& res,
+                                                                const httplib::ContentReader& reader) {
+      run(endpoint, req, res, [&] { f(read_body(reader, res), res); });
+    });
   };
 
   http.Get("/health", wrap("/health", [this](const httplib::Request&, httplib::Response& res) {
@@ -518,20 +561,20 @@ void Server::Impl::routes() {
                           {"vocab_size", tok.vocab_size()}}),
                     "application/json");
   }));
-  http.Post("/tokenize", wrap("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const TokenizeRequest r = parse_tokenize(req.body);
+  post("/tokenize", [this](const std::string& body, httplib::Response& res) {
+    const TokenizeRequest r = parse_tokenize(body);
     EncodeOptions eo;
     eo.add_special = r.add_special;
     res.set_content(dump({{"tokens", engine->tokenizer().encode(r.text, eo)}}), "application/json");
-  }));
-  http.Post("/detokenize", wrap("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    const std::vector<int32_t> ids = parse_detokenize(req.body, engine->config().vocab_size);
+  });
+  post("/detokenize", [this](const std::string& body, httplib::Response& res) {
+    const std::vector<int32_t> ids = parse_detokenize(body, engine->config().vocab_size);
     res.set_content(dump({{"prompt", engine->tokenizer().decode(ids, /*skip_special=*/false)}}), "application/json");
-  }));
+  });
 
   // ---- /v1/completions ----
-  http.Post("/v1/completions", wrap("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    auto r = std::make_shared<CompletionRequest>(parse_completion(req.body, engine->config().vocab_size));
+  post("/v1/completions", [this](const std::string& body, httplib::Response& res) {
+    auto r = std::make_shared<CompletionRequest>(parse_completion(body, engine->config().vocab_size));
     check_model(r->model);
     auto prompts = std::make_shared<std::vector<std::vector<int32_t>>>();
     for (size_t i = 0; i < r->prompts.size(); ++i) {
@@ -607,11 +650,11 @@ void Server::Impl::routes() {
       }
       return end_stream(sink, envelope(id, "text_completion", json::array()), r->s.include_usage, usage(n_prompt, n_gen));
     });
-  }));
+  });
 
   // ---- /v1/chat/completions ----
-  http.Post("/v1/chat/completions", wrap("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    auto r = std::make_shared<ChatRequest>(parse_chat(req.body));
+  post("/v1/chat/completions", [this](const std::string& body, httplib::Response& res) {
+    auto r = std::make_shared<ChatRequest>(parse_chat(body));
     check_model(r->model);
     auto prompt = std::make_shared<std::vector<int32_t>>(chat_tokens(*r));
     r->s.max_tokens = resolve_max_tokens(r->s.max_tokens, prompt->size(), opt.ctx, "messages");
@@ -651,7 +694,7 @@ void Server::Impl::routes() {
       return end_stream(sink, envelope(id, "chat.completion.chunk", json::array()), r->s.include_usage,
                         usage(int64_t(prompt->size()), int64_t(c.ids.size())));
     });
-  }));
+  });
 }
 
 std::string Server::Impl::metrics_text() {

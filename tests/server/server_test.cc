@@ -343,6 +343,32 @@ TEST(Server, ErrorsAreOpenAIErrorObjects) {
   res = r.client().Post("/v1/completions", std::string(5000, ' '), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 413);
+  // A chunked body is held to the same cap (httplib 0.11 checks only Content-Length and read a
+  // chunked one whole): within it, read whole; over it, 413; far over it (past the 8× drain), the
+  // read stops — 413 or a closed connection — and the server goes on serving.
+  auto chunked = [&](const std::string& body) {
+    return r.client().Post(
+        "/tokenize",
+        [body](size_t offset, httplib::DataSink& sink) {
+          if (offset < body.size())
+            sink.write(body.data() + offset, std::min<size_t>(4096, body.size() - offset));
+          else
+            sink.done();
+          return true;
+        },
+        "application/json");
+  };
+  res = chunked(json({{"prompt", "Hello world"}}).dump());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["tokens"], e->tokenizer().encode("Hello world", {}));
+  res = chunked(json({{"prompt", std::string(5000, 'a')}}).dump());
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  EXPECT_THAT(res->body, HasSubstr("exceeds 4096 bytes"));
+  res = chunked(json({{"prompt", std::string(100000, 'a')}}).dump());
+  if (res) EXPECT_EQ(res->status, 413);
+  EXPECT_EQ(r.get("/health")["status"], "ok");
   res = r.client().Get("/v2/nothing");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 404);

@@ -321,6 +321,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=512)
     ap.add_argument("--queue", type=int, default=None, help="--queue (default: the server's, 16)")
     ap.add_argument("--chunked-probe", type=int, default=64, help="MiB of the chunked probe (0: skip)")
+    ap.add_argument("--serve-args", default="", help="more flags for sinkq serve, e.g. '--no-batch'")
     a = ap.parse_args()
     global OVERSIZE
     OVERSIZE = json.dumps({"prompt": "a" * (9 << 20), "max_tokens": 1}).encode()
@@ -333,7 +334,7 @@ def main():
     for P in [int(x) for x in a.parallel.split(",")]:
         T = None if a.threads == "default" else (max(1, cores // P) if a.threads == "split" else int(a.threads))
         args = ["--ctx", a.ctx, "--parallel", P] + (["--threads", T] if T else []) + \
-               (["--queue", a.queue] if a.queue is not None else [])
+               (["--queue", a.queue] if a.queue is not None else []) + a.serve_args.split()
         srv = Server(a.model, args)
         print(f"== P={P} threads={T or 'default'}: {' '.join(map(str, srv.cmd[1:]))} (port {srv.port}, pid {srv.pid}), "
               f"log {srv.log_path}", flush=True)
@@ -382,27 +383,34 @@ def main():
             k[0] += 1
             k[1] += r["ok"]
             k[2].add(r["status"])
+        def metric(name):
+            v = [l.split()[-1] for l in metrics.splitlines() if l.startswith(name + " ")]
+            return float(v[0]) if v else None
+        batches, rows = metric("sinkq_decode_batches_total"), metric("sinkq_decode_batch_rows_total")
+        mean_batch = rows / batches if batches else None
         m503 = [l for l in metrics.splitlines() if l.startswith("sinkq_requests_total") and 'status="503"' in l]
         print(f"   load: {len(results)} requests in {wall:.1f} s; valid {sum(r['ok'] for r in valid)}/{len(valid)} equal "
               f"the reference; invalid " + ", ".join(f"{k} {v[1]}/{v[0]} ({sorted(v[2], key=str)})" for k, v in by_kind.items())
               + f"; 503 retries {n503} (server: {m503}); peak VmRSS sampled {rss_max / 1024:.0f} MiB; CPU s: server "
-              f"{cpu['server']:.1f}, this client {cpu['client']:.1f}", flush=True)
+              f"{cpu['server']:.1f}, this client {cpu['client']:.1f}; decode batches {batches} rows {rows}", flush=True)
         table.append({"P": P, "threads": T or "default", "valid": len(valid), "invalid": len(invalid),
                       "ok": len(results) - len(bad), "n": len(results), "wall": wall,
                       "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "tps": tokens / wall, "tokens": tokens,
-                      "n503": n503, "hwm_idle": hwm_idle, "hwm": hwm, "rc": rc, "cpu": cpu})
+                      "n503": n503, "mean_batch": mean_batch, "hwm_idle": hwm_idle, "hwm": hwm, "rc": rc, "cpu": cpu})
     if a.chunked_probe:
         chunked_probe(a.model, a.chunked_probe, failures)
     print()
     print(f"Host: {host_line()}; {date}. {a.clients} clients × {a.per_client} requests "
           f"(half valid: completions / streamed / chat / streamed chat, max_tokens 16, greedy), --ctx {a.ctx}.")
     print()
+    print(f"sinkq serve flags: {a.serve_args or '(none)'}")
+    print()
     print("| --parallel | --threads | valid / invalid requests | correct | p50 latency (s) | p99 latency (s) "
-          "| generated tok/s | 503s (retried) | peak RSS idle → after load (MiB) | CPU s server / client | exit |")
-    print("|---:|---:|---|---|---:|---:|---:|---:|---|---|---:|")
+          "| generated tok/s | mean decode batch | 503s (retried) | peak RSS idle → after load (MiB) | CPU s server / client | exit |")
+    print("|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|---:|")
     for t in table:
         print(f"| {t['P']} | {t['threads']} | {t['valid']} / {t['invalid']} | {t['ok']}/{t['n']} | {t['p50']:.2f} | "
-              f"{t['p99']:.2f} | {t['tps']:.1f} | {t['n503']} | {t['hwm_idle'] / 1024:.0f} → "
+              f"{t['p99']:.2f} | {t['tps']:.1f} | {'%.2f' % t['mean_batch'] if t['mean_batch'] else '–'} | {t['n503']} | {t['hwm_idle'] / 1024:.0f} → "
               f"{(t['hwm'] or 0) / 1024:.0f} | {t['cpu']['server']:.0f} / {t['cpu']['client']:.0f} | {t['rc']} |")
     print()
     for f in failures:

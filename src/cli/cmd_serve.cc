@@ -27,6 +27,7 @@ int g_signal_pipe[2] = {-1, -1};  // SIGINT / SIGTERM → the watcher thread
 void register_serve(CLI::App& app) {
   struct Opts : CommonFlags {
     server::ServerOptions s;
+    bool no_batch = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI-compatible completions and chat)");
@@ -37,6 +38,9 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(decimal_in(1, 256));
   cmd->add_option("--ctx", o->s.ctx, "Positions per session after the model's prefix (default: min(2048, the model's))")
       ->check(decimal_in(1, INT32_MAX));
+  cmd->add_flag("--no-batch", o->no_batch,
+                "With --parallel > 1: step each session alone instead of batching the decode steps of the sessions "
+                "that generate at the same time (the same tokens either way; for measuring)");
   cmd->add_option("--queue", o->s.queue, "Requests that may wait for a session; beyond: 503 with Retry-After")
       ->capture_default_str()->check(decimal_in(0, 4096));
   cmd->add_option("--api-key", o->s.api_key,
@@ -69,6 +73,7 @@ void register_serve(CLI::App& app) {
     if (!qf->model_is_artifact(o->model, "serve")) oo.recipe = qf->config();
     oo.pipeline = pipeline_options(*qf, "serve");
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
+    o->s.batch = !o->no_batch;
     server::Server srv(engine, o->s);
     const int port = srv.bind();
     const std::string url = fmt::format("http://{}:{}", o->s.host, port);
@@ -79,6 +84,7 @@ void register_serve(CLI::App& app) {
                   {"runtime", engine->runtime_name()},
                   {"ctx", srv.ctx()},
                   {"parallel", o->s.parallel},
+                  {"batch", o->s.parallel > 1 && !o->no_batch},
                   {"prefix_tokens", engine->prefix_tokens()}};
       std::printf("%s\n", ready.dump().c_str());
       std::fflush(stdout);

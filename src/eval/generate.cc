@@ -104,7 +104,8 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
       r.cancelled = true;
       break;
     }
-    if (i + 1 < opt.max_new_tokens) logits = fwd.step(std::span(&id, 1), /*all_logits=*/false);
+    if (i + 1 < opt.max_new_tokens)
+      logits = opt.decode_step ? opt.decode_step(fwd, id) : fwd.step(std::span(&id, 1), /*all_logits=*/false);
   }
   r.decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
   return r;

@@ -49,6 +49,10 @@ struct GenerateOptions {
   // last bits of their logits (the lm_head as a GEMM instead of a GEMV).
   bool prompt_logprobs = false;
   std::function<void(const std::vector<TokenLogprob>&)> on_prompt_logprobs;
+  // Feeds one sampled token and returns the logits after it; empty = fwd.step({id}). sinkq serve
+  // passes its DecodeBatcher here, which runs the steps of concurrent sessions as one
+  // Forward::step_batch (the same logits, bit for bit).
+  std::function<std::span<const float>(Forward& fwd, int32_t id)> decode_step;
 };
 
 struct GenerateResult {

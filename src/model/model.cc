@@ -324,12 +324,7 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
   }
   embed_rows(w.embed, tokens, x_.data());
   for (int l = 0; l < c.num_layers; ++l) layer(l, T);
-  if (store_) {
-    SINKQ_ASSERT(store_rows_ + T <= store_->capacity());
-    store_rows_ += T;
-  } else {
-    cache_.advance(T);
-  }
+  advance(T);
   if (!logits_out) return;
   // Final norm and LM head only for the rows whose logits are wanted.
   const int64_t first = all_logits ? 0 : T - 1;
@@ -347,53 +342,132 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
 //   x += o_proj(attention(rope(q_proj(norm(x))), rope(k_proj(norm(x))), v_proj(norm(x))))
 //   x += down_proj(silu(gate_proj(norm(x))) * up_proj(norm(x)))
 void Forward::layer(int l, int64_t T) {
+  const Part self{this, 0, T};
+  layer(l, T, std::span(&self, 1));
+}
+
+// The layer over T rows of this Forward's activation buffers that belong to `parts`: rows
+// [row0, row0 + n) are sequence part.f's next n tokens (its pos_ / ids_ / hooks / cache / prefix /
+// KV store). The norms, residuals and linears run over all T rows at once; RoPE, the site hooks,
+// the cache writes and attention run per part. One part that is this Forward is step()'s chunk.
+void Forward::layer(int l, int64_t T, std::span<const Part> parts) {
   const ModelConfig& c = model_->config();
   const LayerWeights& w = model_->weights().layers[size_t(l)];
-  const int64_t H = c.hidden_size, I = c.intermediate_size, KV = c.kv_dim();
-  const std::span<const int32_t> pos(pos_.data(), size_t(T));
+  const int64_t H = c.hidden_size, I = c.intermediate_size, KV = c.kv_dim(), QD = c.q_dim();
   float* x = x_.data();
   float* xn = xn_.data();
-  const int64_t body_past = body_size();  // body rows before this chunk
-  // New K/V rows go straight into the fp32 cache, or into scratch that the KV store quantizes.
-  float* k = store_ ? k_new_.data() : cache_.k(l) + body_past * KV;
-  float* v = store_ ? v_new_.data() : cache_.v(l) + body_past * KV;
+  auto each = [&](Site s, float* data, int64_t features) {
+    for (const Part& p : parts) p.f->site(s, l, data + p.row0 * features, p.n, features);
+  };
+  // New K/V rows go straight into the fp32 cache, or into scratch that the KV store quantizes (one
+  // sequence); several sequences' rows go to batch scratch and are copied into each one's cache.
+  const bool one = parts.size() == 1;
+  Forward& f0 = *parts[0].f;
+  float* k = !one ? batch_k_.data() : f0.store_ ? f0.k_new_.data() : f0.cache_.k(l) + f0.body_size() * KV;
+  float* v = !one ? batch_v_.data() : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
-  site(Site::AttnIn, l, xn, T, H);
+  each(Site::AttnIn, xn, H);
   linear(xn, T, w.wq, w.impl.q.get(), w.bq, q_.data());
   linear(xn, T, w.wk, w.impl.k.get(), w.bk, k);
   linear(xn, T, w.wv, w.impl.v.get(), w.bv, v);
-  site(Site::KPreRope, l, k, T, KV);
-  // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
-  // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
-  const bool pre_rope_store = store_ && store_->keys_before_rope();
-  rope_apply(model_->rope(), q_.data(), T, c.num_heads, pos);
-  if (!pre_rope_store) rope_apply(model_->rope(), k, T, c.num_kv_heads, pos);
-  site(Site::Q, l, q_.data(), T, c.q_dim());
-  if (!pre_rope_store) site(Site::K, l, k, T, KV);
-  site(Site::V, l, v, T, KV);
-  const KvSegment prefix = prefix_ ? prefix_->segment(l) : KvSegment{};
-  if (store_) {
-    store_->write(l, body_past, k, v, T);
-    store_->attention(l, attn_shape_, q_.data(), prefix, body_past, T, att_.data());
-  } else {
-    attention(attn_shape_, q_.data(), prefix, cache_.k(l), cache_.v(l), body_past, T, att_.data());
+  each(Site::KPreRope, k, KV);
+  for (const Part& p : parts) {
+    Forward& f = *p.f;
+    const std::span<const int32_t> pos(f.pos_.data(), size_t(p.n));
+    float* q = q_.data() + p.row0 * QD;
+    float* kp = k + p.row0 * KV;
+    float* vp = v + p.row0 * KV;
+    // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
+    // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
+    const bool pre_rope_store = f.store_ && f.store_->keys_before_rope();
+    rope_apply(model_->rope(), q, p.n, c.num_heads, pos);
+    if (!pre_rope_store) rope_apply(model_->rope(), kp, p.n, c.num_kv_heads, pos);
+    f.site(Site::Q, l, q, p.n, QD);
+    if (!pre_rope_store) f.site(Site::K, l, kp, p.n, KV);
+    f.site(Site::V, l, vp, p.n, KV);
+    const int64_t body_past = f.body_size();  // body rows before these
+    const KvSegment prefix = f.prefix_ ? f.prefix_->segment(l) : KvSegment{};
+    float* att = att_.data() + p.row0 * QD;
+    if (f.store_) {
+      f.store_->write(l, body_past, kp, vp, p.n);
+      f.store_->attention(l, f.attn_shape_, q, prefix, body_past, p.n, att);
+    } else {
+      if (!one) {
+        std::copy(kp, kp + p.n * KV, f.cache_.k(l) + body_past * KV);
+        std::copy(vp, vp + p.n * KV, f.cache_.v(l) + body_past * KV);
+      }
+      attention(f.attn_shape_, q, prefix, f.cache_.k(l), f.cache_.v(l), body_past, p.n, att);
+    }
   }
-  site(Site::OIn, l, att_.data(), T, c.q_dim());
+  each(Site::OIn, att_.data(), QD);
   linear(att_.data(), T, w.wo, w.impl.o.get(), nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);
 
   // MLP block (SwiGLU).
   rmsnorm(x, w.mlp_norm, xn, T, H, c.rms_norm_eps);
-  site(Site::MlpIn, l, xn, T, H);
+  each(Site::MlpIn, xn, H);
   linear(xn, T, w.w_gate, w.impl.gate.get(), nullptr, gate_.data());
   linear(xn, T, w.w_up, w.impl.up.get(), nullptr, up_.data());
   silu_mul(gate_.data(), up_.data(), T, I);
-  site(Site::DownIn, l, gate_.data(), T, I);
+  each(Site::DownIn, gate_.data(), I);
   linear(gate_.data(), T, w.w_down, w.impl.down.get(), nullptr, tmp_.data());
   add_inplace(x, tmp_.data(), T * H);
-  site(Site::Out, l, x, T, H);
+  each(Site::Out, x, H);
+}
+
+void Forward::advance(int64_t T) {
+  if (store_) {
+    SINKQ_ASSERT(store_rows_ + T <= store_->capacity());
+    store_rows_ += T;
+  } else {
+    cache_.advance(T);
+  }
+}
+
+void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens) {
+  const int64_t B = int64_t(seqs.size());
+  SINKQ_CHECK(B >= 1, "step_batch: no sequences");
+  SINKQ_CHECK(tokens.size() == seqs.size(), "step_batch: {} tokens for {} sequences", tokens.size(), seqs.size());
+  Forward& ws = *seqs[0];
+  SINKQ_CHECK(B <= ws.max_batch_, "step_batch: {} sequences, the first one's buffers hold {} rows (max_batch)", B,
+              ws.max_batch_);
+  const ModelConfig& c = ws.model_->config();
+  const ModelWeights& w = ws.model_->weights();
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  for (int64_t b = 0; b < B; ++b) {
+    Forward& f = *seqs[size_t(b)];
+    SINKQ_CHECK(f.model_ == ws.model_, "step_batch: sequence {} runs another model", b);
+    for (int64_t o = 0; o < b; ++o) SINKQ_CHECK(seqs[size_t(o)] != &f, "step_batch: sequence {} is also sequence {}", b, o);
+    SINKQ_CHECK(f.n_past() + 1 <= f.max_ctx(), "step_batch: sequence {}: 1 token after {} already in the cache exceeds "
+                "the context of {} tokens", b, f.n_past(), f.max_ctx());
+    f.pos_[0] = int32_t(f.n_past());
+    f.ids_[0] = tokens[size_t(b)];
+  }
+  if (B == 1) {  // one sequence: its own step (the same code, no batch scratch)
+    ws.logits_.resize(size_t(V));
+    ws.run_chunk(tokens, false, ws.logits_.data());
+    return;
+  }
+  ws.batch_k_.resize(size_t(B * c.kv_dim()));
+  ws.batch_v_.resize(size_t(B * c.kv_dim()));
+  std::vector<Part> parts(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
+  embed_rows(w.embed, tokens, ws.x_.data());
+  for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts);
+  for (Forward* f : seqs) f->advance(1);
+  rmsnorm(ws.x_.data(), w.final_norm, ws.xn_.data(), B, H, c.rms_norm_eps);
+  ws.batch_logits_.resize(size_t(B * V));
+  matmul(ws.xn_.data(), B, w.lm_head, nullptr, ws.batch_logits_.data());
+  for (int64_t b = 0; b < B; ++b) {
+    Forward& f = *seqs[size_t(b)];
+    f.logits_.assign(ws.batch_logits_.begin() + b * V, ws.batch_logits_.begin() + (b + 1) * V);
+    if (f.hooks_.active(Site::Logits, -1)) {
+      SiteView sv{Site::Logits, -1, f.logits_.data(), 1, V, std::span(f.pos_.data(), 1), std::span(f.ids_.data(), 1)};
+      f.hooks_.run(sv);
+    }
+  }
 }
 
 }  // namespace sinkq

@@ -117,9 +117,30 @@ class Forward {
   void embed(std::span<const int32_t> tokens, float* x);
   void run_layer(int l, std::span<const int32_t> tokens, float* x);
 
+  // One decode step of several sequences of one model together: token b is fed to seqs[b] at its
+  // n_past(), and its logits [vocab] are then seqs[b]->logits(). The linears run over all B rows
+  // at once (the weights are read once per step, not once per sequence: decode is bound by weight
+  // bytes, so B sequences cost little more than one); RoPE, the site hooks, the KV writes and
+  // attention run per sequence over its own cache, prefix and KV store. Row b's result equals
+  // seqs[b]->step({token}) alone up to the linears' summation over B rows instead of one: the
+  // packed low-bit GEMMs are exact in int32 and give the same bits; fp32 GEMV within T <=
+  // gemv_max_t keeps each token's order (tests/model/batch_test.cc states what is held).
+  // The first sequence's activation buffers are the batch's workspace (B <= its max_batch);
+  // every sequence must be distinct and have room for one more token; else sinkq::Error.
+  static void step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens);
+  // The logits of the last step() / step_batch() row of this sequence.
+  std::span<const float> logits() const { return logits_; }
+
  private:
+  // Rows [row0, row0 + n) of a layer's batch belong to sequence f (step_batch; step() is one part).
+  struct Part {
+    Forward* f;
+    int64_t row0, n;
+  };
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
   void layer(int l, int64_t T);
+  void layer(int l, int64_t T, std::span<const Part> parts);
+  void advance(int64_t T);  // T new body rows are in the cache / store
   void site(Site s, int layer, float* data, int64_t T, int64_t features);
 
   std::shared_ptr<const Model> model_;
@@ -135,6 +156,7 @@ class Forward {
   std::vector<float> x_, xn_, q_, att_, tmp_, gate_, up_;
   std::vector<int32_t> pos_, ids_;
   std::vector<float> logits_;
+  std::vector<float> batch_k_, batch_v_, batch_logits_;  // step_batch() workspace (first sequence's)
 };
 
 }  // namespace sinkq

@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "server/api.h"
+#include "server/batcher.h"
 #include "sinkq/engine.h"
 
 namespace sinkq::server {
@@ -62,6 +63,7 @@ struct Server::Impl {
   std::condition_variable pool_cv;
   std::vector<Slot*> free_slots;
   int waiting = 0;
+  std::unique_ptr<DecodeBatcher> batcher;  // parallel > 1 and opt.batch: the sessions' decode steps together
 
   // ---- metrics ----
   std::mutex metrics_mu;
@@ -155,6 +157,7 @@ Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
     m.free_slots.push_back(s.get());
     m.slots.push_back(std::move(s));
   }
+  if (o.parallel > 1 && o.batch) m.batcher = std::make_unique<DecodeBatcher>(o.parallel);
   m.routes();
 }
 
@@ -298,6 +301,11 @@ ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>&
   slot.tokens = int64_t(prompt.size());
   m.prompt_tokens += prompt.size();
   int64_t counted = 0;
+  std::optional<DecodeBatcher::Membership> member;
+  if (m.batcher) {
+    member.emplace(*m.batcher);
+    go.decode_step = [&](Forward& f, int32_t id) { return member->step(f, id); };
+  }
   const GenerateResult g = slot.session->generate(prompt, go, [&](int32_t id, const TokenLogprob* lp) {
     if (out.client_gone) return false;
     out.ids.push_back(id);
@@ -717,6 +725,13 @@ std::string Server::Impl::metrics_text() {
   o += fmt::format("sinkq_decode_seconds_total {:.6f}\n", double(decode_us.load()) * 1e-6);
   metric("sinkq_cancelled_total", "counter", "generations ended early because the client went away");
   o += fmt::format("sinkq_cancelled_total {}\n", cancelled.load());
+  if (batcher) {
+    const DecodeBatcher::Stats st = batcher->stats();
+    metric("sinkq_decode_batches_total", "counter", "batched decode steps run (continuous batching across sessions)");
+    o += fmt::format("sinkq_decode_batches_total {}\n", st.batches);
+    metric("sinkq_decode_batch_rows_total", "counter", "session decode steps run in those batches (÷ batches: mean batch size)");
+    o += fmt::format("sinkq_decode_batch_rows_total {}\n", st.rows);
+  }
   double tps;
   {
     std::lock_guard g(metrics_mu);

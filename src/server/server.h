@@ -29,6 +29,7 @@ struct ServerOptions {
   int parallel = 1;       // sessions, i.e. requests computed at once
   int64_t ctx = 0;        // positions per session after the engine's prefix; 0: min(2048, max_context)
   int queue = 16;         // requests that may wait for a session; more: 503
+  bool batch = true;      // continuous batching of the sessions' decode steps (server/batcher.h), parallel > 1
   std::string api_key;    // "" = no authentication; else "Authorization: Bearer KEY" on every endpoint but /health
   std::string alias;      // the model's name in /v1/models and responses ("" = from the path)
   size_t max_body_bytes = size_t(8) << 20;  // larger request bodies: 413

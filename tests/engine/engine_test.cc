@@ -114,6 +114,66 @@ TEST(Engine, SessionsAreIndependent) {
   }
 }
 
+// Forward::step_batch (continuous batching in sinkq serve): one decode step of several sessions
+// together gives each the logits it gets stepping alone — on the plain fp32 model, the simulated
+// W4A8KV4 engine (per-sequence fake-quant hooks on each row, a [BOS] prefix) and its artifact
+// (packed linears, packed KV store, prefix) — whichever sessions are in the batch, and leaves the
+// caches where stepping alone would. Bit for bit: each row of the batched linears is computed in
+// the same order as alone (packed GEMM: exact int32 sums; fp32: the multi-token GEMV, T <=
+// gemv_max_t, keeps every token's summation order).
+TEST(Engine, BatchedDecodeStepEqualsEachAlone) {
+  const auto fp = Engine::open(stories());
+  for (const auto& eng : {fp, engines().sim, engines().packed}) {
+    SCOPED_TRACE(eng->runtime_name());
+    const std::vector<std::vector<int32_t>> prompts = {prompt(5, 1), prompt(17, 2), prompt(9, 3)};
+    const size_t B = prompts.size();
+    std::vector<std::unique_ptr<Session>> batched, alone;
+    std::vector<int32_t> next(B);
+    for (size_t b = 0; b < B; ++b) {
+      batched.push_back(eng->new_session(64));
+      alone.push_back(eng->new_session(64));
+      batched[b]->eval(prompts[b]);
+      const auto l = alone[b]->eval(prompts[b]);
+      next[b] = int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+    }
+    // Members change between steps as in a server: all three, then two, one, all three again.
+    const std::vector<std::vector<size_t>> steps = {{0, 1, 2}, {0, 1, 2}, {2, 0}, {1}, {0, 1, 2}, {1, 2, 0}};
+    for (const auto& members : steps) {
+      std::vector<Forward*> seqs;
+      std::vector<int32_t> toks;
+      for (size_t b : members) {
+        seqs.push_back(&batched[b]->forward());
+        toks.push_back(next[b]);
+      }
+      Forward::step_batch(seqs, toks);
+      for (size_t b : members) {
+        const auto want = alone[b]->eval(std::span(&next[b], 1));
+        const auto got = batched[b]->forward().logits();
+        ASSERT_TRUE(bit_equal(std::vector<float>(got.begin(), got.end()), std::vector<float>(want.begin(), want.end())))
+            << "sequence " << b << " after " << alone[b]->n_past() << " tokens";
+        EXPECT_EQ(batched[b]->n_past(), alone[b]->n_past());
+        next[b] = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+      }
+    }
+    // Errors name what is wrong; nothing is fed.
+    Forward* f0 = &batched[0]->forward();
+    const int64_t n0 = batched[0]->n_past();
+    const std::vector<Forward*> dup = {f0, f0};
+    EXPECT_THAT(error_of([&] { Forward::step_batch(dup, std::vector<int32_t>{1, 2}); }), HasSubstr("is also sequence"));
+    EXPECT_THAT(error_of([&] { Forward::step_batch(std::vector<Forward*>{f0}, std::vector<int32_t>{1, 2}); }),
+                HasSubstr("2 tokens for 1 sequences"));
+    EXPECT_EQ(batched[0]->n_past(), n0);
+  }
+  // A sequence with no room left is refused before anything runs.
+  auto a = fp->new_session(4), b = fp->new_session(8);
+  a->eval(prompt(4, 1));
+  b->eval(prompt(2, 2));
+  const std::vector<Forward*> full = {&b->forward(), &a->forward()};
+  EXPECT_THAT(error_of([&] { Forward::step_batch(full, std::vector<int32_t>{1, 1}); }),
+              HasSubstr("sequence 1: 1 token after 4 already in the cache exceeds the context of 4 tokens"));
+  EXPECT_EQ(b->n_past(), 2);
+}
+
 // logprobs(tokens, from) = log_softmax of the logits after tokens[0..i) at tokens[i], as eval()
 // gives them one prefix at a time (tolerance: one step vs many sum in another order, 1e-4 rel).
 TEST(Engine, LogprobsAreTeacherForced) {

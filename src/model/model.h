@@ -128,6 +128,8 @@ class Forward {
   // The first sequence's activation buffers are the batch's workspace (B <= its max_batch);
   // every sequence must be distinct and have room for one more token; else sinkq::Error.
   static void step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens);
+  // The most tokens one step() chunk or step_batch() (as the first sequence) takes.
+  int64_t max_batch() const { return max_batch_; }
   // The logits of the last step() / step_batch() row of this sequence.
   std::span<const float> logits() const { return logits_; }
 

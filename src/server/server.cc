@@ -157,7 +157,11 @@ Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
     m.free_slots.push_back(s.get());
     m.slots.push_back(std::move(s));
   }
-  if (o.parallel > 1 && o.batch) m.batcher = std::make_unique<DecodeBatcher>(o.parallel);
+  if (o.parallel > 1 && o.batch) {
+    int64_t rows = o.parallel;  // a batch's workspace is its first session's buffers (tiny --ctx: fewer rows)
+    for (const auto& s : m.slots) rows = std::min(rows, s->session->forward().max_batch());
+    m.batcher = std::make_unique<DecodeBatcher>(int(rows));
+  }
   m.routes();
 }
 

@@ -115,6 +115,11 @@ int64_t gemv_block_rows(int64_t out, int nt) {
 
 }  // namespace
 
+int64_t matmul_rowwise_max() {
+  return std::min({detail::kernels_scalar().gemv_max_t, detail::kernels_avx2().gemv_max_t,
+                   detail::kernels_avx512().gemv_max_t});
+}
+
 void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y) {
   SINKQ_ASSERT(W.data != nullptr && T >= 0 && W.rows >= 0 && W.cols >= 0);
   SINKQ_ASSERT(W.rows <= INT32_MAX && W.cols <= INT32_MAX && T <= INT32_MAX);  // BLAS ints

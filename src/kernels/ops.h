@@ -27,6 +27,10 @@ namespace sinkq {
 // y[T, out] = x[T, in] · W^T (+ bias[out] if non-null). W: [out, in] in F32/F16/BF16.
 // Accumulates in fp32. y must not alias x.
 void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y);
+// The most rows for which matmul gives every row the bits it gives that row alone, on every ISA
+// path (each takes the multi-token GEMV up to its gemv_max_t, summing each row in one order; above
+// that, sgemm). Forward::step_batch is exact against single steps up to this many sequences.
+int64_t matmul_rowwise_max();
 
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   (HF LlamaRMSNorm, fp32). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);

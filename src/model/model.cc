@@ -343,14 +343,15 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
 //   x += down_proj(silu(gate_proj(norm(x))) * up_proj(norm(x)))
 void Forward::layer(int l, int64_t T) {
   const Part self{this, 0, T};
-  layer(l, T, std::span(&self, 1));
+  layer(l, T, std::span(&self, 1), nullptr, nullptr);
 }
 
 // The layer over T rows of this Forward's activation buffers that belong to `parts`: rows
 // [row0, row0 + n) are sequence part.f's next n tokens (its pos_ / ids_ / hooks / cache / prefix /
 // KV store). The norms, residuals and linears run over all T rows at once; RoPE, the site hooks,
 // the cache writes and attention run per part. One part that is this Forward is step()'s chunk.
-void Forward::layer(int l, int64_t T, std::span<const Part> parts) {
+// Several parts: the new K / V rows go to k_scratch / v_scratch [T, kv_dim] first.
+void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch) {
   const ModelConfig& c = model_->config();
   const LayerWeights& w = model_->weights().layers[size_t(l)];
   const int64_t H = c.hidden_size, I = c.intermediate_size, KV = c.kv_dim(), QD = c.q_dim();
@@ -363,8 +364,9 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts) {
   // sequence); several sequences' rows go to batch scratch and are copied into each one's cache.
   const bool one = parts.size() == 1;
   Forward& f0 = *parts[0].f;
-  float* k = !one ? batch_k_.data() : f0.store_ ? f0.k_new_.data() : f0.cache_.k(l) + f0.body_size() * KV;
-  float* v = !one ? batch_v_.data() : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
+  SINKQ_ASSERT(one || (k_scratch && v_scratch));
+  float* k = !one ? k_scratch : f0.store_ ? f0.k_new_.data() : f0.cache_.k(l) + f0.body_size() * KV;
+  float* v = !one ? v_scratch : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
@@ -450,19 +452,22 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
     ws.run_chunk(tokens, false, ws.logits_.data());
     return;
   }
-  ws.batch_k_.resize(size_t(B * c.kv_dim()));
-  ws.batch_v_.resize(size_t(B * c.kv_dim()));
+  // The batch's own scratch lives on the calling thread (sinkq serve: one batcher thread), not in
+  // whichever sequence happens to come first, so it is held once, not once per session.
+  thread_local std::vector<float> k_scratch, v_scratch, logits;
+  k_scratch.resize(size_t(B * c.kv_dim()));
+  v_scratch.resize(size_t(B * c.kv_dim()));
   std::vector<Part> parts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
   embed_rows(w.embed, tokens, ws.x_.data());
-  for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts);
+  for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
   for (Forward* f : seqs) f->advance(1);
   rmsnorm(ws.x_.data(), w.final_norm, ws.xn_.data(), B, H, c.rms_norm_eps);
-  ws.batch_logits_.resize(size_t(B * V));
-  matmul(ws.xn_.data(), B, w.lm_head, nullptr, ws.batch_logits_.data());
+  logits.resize(size_t(B * V));
+  matmul(ws.xn_.data(), B, w.lm_head, nullptr, logits.data());
   for (int64_t b = 0; b < B; ++b) {
     Forward& f = *seqs[size_t(b)];
-    f.logits_.assign(ws.batch_logits_.begin() + b * V, ws.batch_logits_.begin() + (b + 1) * V);
+    f.logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
     if (f.hooks_.active(Site::Logits, -1)) {
       SiteView sv{Site::Logits, -1, f.logits_.data(), 1, V, std::span(f.pos_.data(), 1), std::span(f.ids_.data(), 1)};
       f.hooks_.run(sv);

@@ -121,12 +121,14 @@ class Forward {
   // n_past(), and its logits [vocab] are then seqs[b]->logits(). The linears run over all B rows
   // at once (the weights are read once per step, not once per sequence: decode is bound by weight
   // bytes, so B sequences cost little more than one); RoPE, the site hooks, the KV writes and
-  // attention run per sequence over its own cache, prefix and KV store. Row b's result equals
-  // seqs[b]->step({token}) alone up to the linears' summation over B rows instead of one: the
-  // packed low-bit GEMMs are exact in int32 and give the same bits; fp32 GEMV within T <=
-  // gemv_max_t keeps each token's order (tests/model/batch_test.cc states what is held).
-  // The first sequence's activation buffers are the batch's workspace (B <= its max_batch);
-  // every sequence must be distinct and have room for one more token; else sinkq::Error.
+  // attention run per sequence over its own cache, prefix and KV store. For B <=
+  // matmul_rowwise_max() (kernels/ops.h) row b's logits are exactly seqs[b]->step({token})'s: the
+  // packed low-bit GEMMs sum in int32 and the fp32 multi-token GEMV keeps each row's order
+  // (tests/engine: Engine.BatchedDecodeStepEqualsEachAlone); above it the fp32 linears go to
+  // sgemm and rows may differ in the last bits. The first sequence's activation buffers are the
+  // batch's workspace (B <= its max_batch); every sequence must be distinct and have room for one
+  // more token; else sinkq::Error naming the sequence's index in the batch. An error while
+  // computing (e.g. a non-finite activation in a packed linear) fails the whole step.
   static void step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens);
   // The most tokens one step() chunk or step_batch() (as the first sequence) takes.
   int64_t max_batch() const { return max_batch_; }
@@ -141,7 +143,7 @@ class Forward {
   };
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
   void layer(int l, int64_t T);
-  void layer(int l, int64_t T, std::span<const Part> parts);
+  void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch);
   void advance(int64_t T);  // T new body rows are in the cache / store
   void site(Site s, int layer, float* data, int64_t T, int64_t features);
 
@@ -158,7 +160,6 @@ class Forward {
   std::vector<float> x_, xn_, q_, att_, tmp_, gate_, up_;
   std::vector<int32_t> pos_, ids_;
   std::vector<float> logits_;
-  std::vector<float> batch_k_, batch_v_, batch_logits_;  // step_batch() workspace (first sequence's)
 };
 
 }  // namespace sinkq

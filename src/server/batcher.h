@@ -12,7 +12,10 @@
 //
 // When to run: as soon as every member has handed in its step, or `window` after the first one
 // did (a member between steps — sampling, writing to its socket — delays the others by at most
-// the window). One batch at a time; the batch's OpenMP threads are the process's.
+// the window per step: a client reading its stream slowly costs the others up to 2 ms a token,
+// ~5% of a SmolLM2 step). At most max_batch sequences per batch (the server: min(--parallel,
+// matmul_rowwise_max), so that every row stays exact). One batch at a time; the batch's OpenMP
+// threads are the process's.
 #pragma once
 
 #include <chrono>
@@ -44,7 +47,8 @@ class DecodeBatcher {
     Membership(const Membership&) = delete;
     Membership& operator=(const Membership&) = delete;
     // Feeds `id` to `fwd` in the next batch; returns fwd's logits after it. Rethrows an error of
-    // the batch (sinkq::Error naming the sequence).
+    // the batch (sinkq::Error): one sequence's failure (a non-finite activation) fails the step of
+    // every member of that batch.
     std::span<const float> step(Forward& fwd, int32_t id);
 
    private:

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "server/api.h"
 #include "server/batcher.h"
 #include "sinkq/engine.h"
@@ -111,7 +112,7 @@ struct Server::Impl {
 
   void routes();
   std::shared_ptr<Slot> acquire_or_503();
-  std::string read_body(const httplib::ContentReader& reader, httplib::Response& res) const;
+  std::string read_body(const httplib::Request& req, const httplib::ContentReader& reader, httplib::Response& res) const;
   // A response or stream chunk: {"id", "object", "created", "model", "choices"}.
   json envelope(const std::string& id, const char* object, json choices) const {
     return {{"id", id}, {"object", object}, {"created", created}, {"model", opt.alias}, {"choices", std::move(choices)}};
@@ -158,9 +159,11 @@ Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
     m.slots.push_back(std::move(s));
   }
   if (o.parallel > 1 && o.batch) {
-    int64_t rows = o.parallel;  // a batch's workspace is its first session's buffers (tiny --ctx: fewer rows)
+    // At most what keeps every row exact (matmul_rowwise_max: 8–64 by ISA) and what the first
+    // session's buffers hold (a tiny --ctx); more sessions than that form several batches.
+    int64_t rows = std::min<int64_t>(o.parallel, matmul_rowwise_max());
     for (const auto& s : m.slots) rows = std::min(rows, s->session->forward().max_batch());
-    m.batcher = std::make_unique<DecodeBatcher>(int(rows));
+    m.batcher = std::make_unique<DecodeBatcher>(int(rows), std::chrono::microseconds(o.batch_window_us));
   }
   m.routes();
 }
@@ -329,6 +332,7 @@ ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>&
     }
     return !stop.matched() && !m.stopping;
   });
+  member.reset();  // no more steps: the other sessions' batches stop waiting for this one
   m.count_tokens(counted);
   m.prefill_us += uint64_t(g.prefill_seconds * 1e6);
   m.decode_us += uint64_t(g.decode_seconds * 1e6);
@@ -448,7 +452,11 @@ int64_t resolve_max_tokens(int64_t max_tokens, size_t prompt, int64_t ctx, const
 // cap is drained (not kept) up to 8× the cap so the client reads the 413 on a clean connection,
 // as httplib does for a Content-Length over it; past that, reading stops and the connection's
 // next bytes are a 400 and its end.
-std::string Server::Impl::read_body(const httplib::ContentReader& reader, httplib::Response& res) const {
+std::string Server::Impl::read_body(const httplib::Request& req, const httplib::ContentReader& reader,
+                                    httplib::Response& res) const {
+  // httplib hands a multipart body only to a multipart reader (none here): refuse it unread.
+  if (req.is_multipart_form_data())
+    throw ApiError(415, "the request body must be JSON (Content-Type: application/json), not multipart/form-data");
   std::string body;
   uint64_t seen = 0;
   const uint64_t drain = uint64_t(opt.max_body_bytes) * 8;
@@ -541,7 +549,7 @@ void Server::Impl::routes() {
                           std::function<void(const std::string&, httplib::Response&)> f) {
     http.Post(endpoint, [this, run, endpoint, f = std::move(f)](const httplib::Request& req, httplib::Response& res,
                                                                 const httplib::ContentReader& reader) {
-      run(endpoint, req, res, [&] { f(read_body(reader, res), res); });
+      run(endpoint, req, res, [&] { f(read_body(req, reader, res), res); });
     });
   };
 

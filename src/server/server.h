@@ -30,6 +30,7 @@ struct ServerOptions {
   int64_t ctx = 0;        // positions per session after the engine's prefix; 0: min(2048, max_context)
   int queue = 16;         // requests that may wait for a session; more: 503
   bool batch = true;      // continuous batching of the sessions' decode steps (server/batcher.h), parallel > 1
+  int batch_window_us = 2000;  // how long a batch waits for the members' steps after the first (batcher.h)
   std::string api_key;    // "" = no authentication; else "Authorization: Bearer KEY" on every endpoint but /health
   std::string alias;      // the model's name in /v1/models and responses ("" = from the path)
   size_t max_body_bytes = size_t(8) << 20;  // larger request bodies: 413

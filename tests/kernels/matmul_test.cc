@@ -116,6 +116,32 @@ TEST(Matmul, IndependentOfThreadCount) {
   }
 }
 
+// matmul_rowwise_max(): up to that many rows, every row of a matmul has the bits of that row
+// computed alone, on every ISA (what makes Forward::step_batch, continuous batching in sinkq
+// serve, give each session exactly its own logits). Random values: any change of a row's
+// summation order shows in the low bits.
+TEST(Matmul, RowsUpToRowwiseMaxEqualEachRowAlone) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(5);
+  const int64_t T = matmul_rowwise_max();
+  ASSERT_GE(T, 2);
+  for (Isa isa : ktest::all_isas()) {
+    set_isa(isa);
+    for (DType dt : kDtypes) {
+      const ktest::TestMat W = ktest::random_mat(rng, dt, 577, 333);
+      const std::vector<float> x = ktest::random_vec(rng, size_t(T * 333));
+      const std::vector<float> b = ktest::random_vec(rng, 577);
+      std::vector<float> all(size_t(T * 577)), one(577);
+      matmul(x.data(), T, W.mat(), b.data(), all.data());
+      for (int64_t t = 0; t < T; ++t) {
+        matmul(x.data() + t * 333, 1, W.mat(), b.data(), one.data());
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + t * 577, 577 * 4))
+            << ktest::ctx(isa, std::string(dtype_name(dt))) << " row " << t << " of " << T;
+      }
+    }
+  }
+}
+
 // Exact cases: small integers multiply and add exactly in fp32 in any order.
 TEST(Matmul, ExactOnSmallIntegers) {
   ktest::StateGuard guard;

@@ -168,6 +168,7 @@ TEST(Server, ConcurrentRequestsShareDecodeStepsAndStayExact) {
   ServerOptions o;
   o.ctx = 128;
   o.parallel = 3;
+  o.batch_window_us = 50000;  // a loaded CI host may take more than 2 ms between a session's steps
   Running r(e, o);
   struct Req {
     std::string prompt;
@@ -184,6 +185,7 @@ TEST(Server, ConcurrentRequestsShareDecodeStepsAndStayExact) {
     got.push_back(std::async(std::launch::async, [&r, q] {
       return r.post("/v1/completions", {{"prompt", q.prompt}, {"max_tokens", n}, {"temperature", q.temperature}, {"seed", q.seed}});
     }));
+  double steps = 0;  // decode steps the requests needed: one per emitted token but the n-th
   for (size_t i = 0; i < reqs.size(); ++i) {
     SamplerOptions so;
     so.temperature = reqs[i].temperature;
@@ -191,6 +193,8 @@ TEST(Server, ConcurrentRequestsShareDecodeStepsAndStayExact) {
     const std::vector<int32_t> ids = e->encode_prompt(reqs[i].prompt);
     const json j = got[i].get();
     EXPECT_EQ(j["choices"][0]["text"], continuation(*e, ids, reference_generate(*e, ids, n, so))) << reqs[i].prompt;
+    const int emitted = j["usage"]["completion_tokens"].get<int>();
+    steps += emitted - (emitted == n ? 1 : 0);
   }
   const std::string m = r.get("/metrics").get<std::string>();
   auto value = [&](const std::string& name) {
@@ -201,7 +205,7 @@ TEST(Server, ConcurrentRequestsShareDecodeStepsAndStayExact) {
   const double batches = value("sinkq_decode_batches_total"), rows = value("sinkq_decode_batch_rows_total");
   EXPECT_GT(batches, 0);
   EXPECT_GT(rows, batches) << "no decode step was shared by two sessions";
-  EXPECT_LE(rows, 4.0 * (n - 1)) << "at most one batched step per generated token after the first";
+  EXPECT_EQ(rows, steps) << "every decode step of every request went through the batcher, once";
 }
 
 // lm-eval's loglikelihood request: echo, logprobs 1, max_tokens 1, token ids. token_logprobs[1..]
@@ -411,6 +415,10 @@ TEST(Server, ErrorsAreOpenAIErrorObjects) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 413);
   EXPECT_THAT(res->body, HasSubstr("exceeds 4096 bytes"));
+  res = r.client().Post("/tokenize", httplib::MultipartFormDataItems{{"prompt", "Hello", "", ""}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 415);
+  EXPECT_THAT(res->body, HasSubstr("must be JSON"));
   res = chunked(json({{"prompt", std::string(100000, 'a')}}).dump());
   if (res) {
     EXPECT_EQ(res->status, 413);

@@ -3,7 +3,7 @@
 # docs/quant.md's table: WikiText-2, gptq protocol, ctx 512, 16 windows (8,176 targets), each row
 # with KLD against the fp model on the same targets. Prints a markdown table; the ± is the standard
 # error of the per-window mean NLL difference to fp (paired over the 16 windows).
-# Usage: bash scripts/smollm2_sim_table.sh   (after bash scripts/build.sh; ~10 min on 2 cores)
+# Usage: bash scripts/smollm2_sim_table.sh   (after bash scripts/build.sh; ~13 min on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=./build/src/cli/sinkq
@@ -25,6 +25,9 @@ run w4a4-cross --w-bits 4 --a-bits 4 --a-quant cross --a-alpha 0.15 --kld
 run kv8 --kv-bits 8 --kld
 run kv4 --kv-bits 4 --kld
 run kv4-rot --kv-bits 4 --rotate --kld
+run head8 --head-bits 8 --kld
+run w8a8-head8 --preset w8a8-head8 --kld
+run w4a8-head8 --w-bits 4 --a-bits 8 --head-bits 8 --kld
 python3 - "$OUT" <<'PY'
 import json, math, sys, os
 d = sys.argv[1]
@@ -32,7 +35,8 @@ fp = json.load(open(os.path.join(d, "fp.json")))
 print("| row | ppl | Δ mean NLL vs fp (± s.e., 16 windows) | KLD (nats/token) |")
 print("|---|---|---|---|")
 print(f"| fp32 (dequantized GGUF) | {fp['ppl']:.3f} | – | 0 |")
-for name in ["w8a8", "w4a16g128", "w4a8", "w4a4", "w4a4-rot", "w4a4-cross", "kv8", "kv4", "kv4-rot"]:
+for name in ["w8a8", "w4a16g128", "w4a8", "w4a4", "w4a4-rot", "w4a4-cross", "kv8", "kv4", "kv4-rot",
+             "head8", "w8a8-head8", "w4a8-head8"]:
     r = json.load(open(os.path.join(d, name + ".json")))
     diffs = [a - b for a, b in zip(r["window_nll"], fp["window_nll"])]
     n = len(diffs); m = sum(diffs) / n

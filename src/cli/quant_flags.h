@@ -39,7 +39,7 @@ struct QuantFlags {
   std::string preset = "fp16";
   std::string recipe;       // --recipe FILE ("" = not given)
   bool dump_recipe = false;  // --dump-recipe
-  int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16;
+  int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16, head_bits = 16;
   bool w_asym = false, a_asym = false, rotate = false;
   float a_alpha = 0.15f;
   std::string w_clip = "1", a_clip = "grid", kv_clip = "grid";
@@ -70,6 +70,7 @@ struct QuantFlags {
     CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
                 *a_cross_cols = nullptr;
     CLI::Option *kv_bits = nullptr, *kv_quant = nullptr, *kv_gran = nullptr, *kv_clip = nullptr;
+    CLI::Option *head_bits = nullptr;
     CLI::Option *kv_codebook = nullptr, *kv_keys = nullptr, *kv_values = nullptr, *kv_outliers = nullptr,
                 *kv_qnorm = nullptr, *kv_recent = nullptr, *kv_recent_bits = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;

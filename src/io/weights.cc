@@ -184,7 +184,7 @@ int64_t ModelWeights::parameter_count() const {
     if (L.bv) total += L.wv.rows;
   }
   if (final_norm) total += hidden;
-  if (lm_head.data != embed.data) total += n(lm_head);  // tied: counted once
+  if (!tied()) total += n(lm_head);  // tied: counted once
   return total;
 }
 

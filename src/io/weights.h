@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ struct LinearImpl {
   virtual void apply(const float* x, int64_t T, const float* bias, float* y) const = 0;
   virtual std::string describe() const = 0;  // one line, e.g. "w4_g128 x a8_per_token"
   virtual size_t bytes() const = 0;           // weight bytes it reads per call (codes, scales, zeros)
+  // Rows `ids` of the weight matrix, dequantized, into out[ids.size(), in] (an embedding table
+  // held by its implementation). Throws sinkq::Error for an id outside [0, out).
+  virtual void gather_rows(std::span<const int32_t> ids, float* out) const = 0;
 };
 
 // The seven linear roles of a decoder layer, in forward order: one table for every loop over
@@ -101,6 +105,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const float* final_norm = nullptr; // [hidden]
   Mat lm_head;                       // [vocab, hidden]; == embed when tied
+  // The int8 head (quant/recipe.h HeadSim; runtime/packed_linear.h): when set, the LM head runs
+  // lm_head_impl and embedding rows come from embed_impl (the same object when tied); the Mats
+  // above then keep their shapes and names, and their data only where the source's tensors are
+  // still held (an artifact stores the int8 table alone: data == nullptr).
+  std::shared_ptr<const LinearImpl> lm_head_impl, embed_impl;
   // Owned fp32 buffers (norms, biases, and any transformed weights later passes create).
   // A Mat whose bytes in the file are not aligned to its element size (possible in valid but
   // unusual files) is also copied here, bytes unchanged; Mat::data is always aligned.
@@ -120,6 +129,8 @@ struct ModelWeights {
   static ModelWeights load(const std::string& dir, const ModelConfig& cfg);
   const float* own(std::vector<float> v);  // move into `owned`, return stable pointer
   int64_t parameter_count() const;         // counts lm_head once when tied
+  // One table for the embeddings and the LM head (the int8 head's: one impl; else one Mat).
+  bool tied() const { return lm_head_impl ? lm_head_impl == embed_impl : lm_head.data == embed.data; }
 };
 
 // A model directory or a GGUF file: config + weights (tokenizer is separate: tokenizer/tokenizer.h).

@@ -129,7 +129,7 @@ int64_t Model::decode_weight_bytes() const {
   auto bytes = [](const Mat& m, const std::shared_ptr<const LinearImpl>& impl) {
     return impl ? int64_t(impl->bytes()) : m.rows * m.cols * int64_t(dtype_size(m.dtype));
   };
-  int64_t total = bytes(w_.lm_head, nullptr);
+  int64_t total = bytes(w_.lm_head, w_.lm_head_impl);
   for (const LayerWeights& l : w_.layers)
     total += bytes(l.wq, l.impl.q) + bytes(l.wk, l.impl.k) + bytes(l.wv, l.impl.v) + bytes(l.wo, l.impl.o) +
              bytes(l.w_gate, l.impl.gate) + bytes(l.w_up, l.impl.up) + bytes(l.w_down, l.impl.down);
@@ -284,7 +284,7 @@ KvSegment KvPrefix::segment(int layer) const {
 
 void Forward::embed(std::span<const int32_t> tokens, float* x) {
   SINKQ_CHECK(!tokens.empty(), "no tokens to embed");
-  embed_rows(model_->weights().embed, tokens, x);
+  embed_ids(model_->weights(), tokens, x);
 }
 
 void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) {
@@ -322,20 +322,44 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
     pos_[size_t(t)] = int32_t(n_past() + t);
     ids_[size_t(t)] = tokens[size_t(t)];
   }
-  embed_rows(w.embed, tokens, x_.data());
+  embed_ids(w, tokens, x_.data());
   for (int l = 0; l < c.num_layers; ++l) layer(l, T);
   advance(T);
   if (!logits_out) return;
   // Final norm and LM head only for the rows whose logits are wanted.
   const int64_t first = all_logits ? 0 : T - 1;
-  const int64_t rows = T - first;
-  rmsnorm(x_.data() + first * H, w.final_norm, xn_.data(), rows, H, c.rms_norm_eps);
-  matmul(xn_.data(), rows, w.lm_head, nullptr, logits_out);
-  if (hooks_.active(Site::Logits, -1)) {
-    SiteView v{Site::Logits, -1, logits_out, rows, c.vocab_size,
-               std::span(pos_.data() + first, size_t(rows)), std::span(ids_.data() + first, size_t(rows))};
-    hooks_.run(v);
-  }
+  const Part self{this, 0, T - first};
+  head(x_.data() + first * H, std::span(&self, 1), first, xn_.data(), logits_out);
+}
+
+// Embedding rows: the int8 table's (embed_impl) or the fp matrix's.
+void Forward::embed_ids(const ModelWeights& w, std::span<const int32_t> ids, float* out) {
+  if (w.embed_impl) w.embed_impl->gather_rows(ids, out);
+  else embed_rows(w.embed, ids, out);
+}
+
+// The final norm, the head_in hooks, the LM head and the logits hooks over the rows of `parts`
+// (x [rows, hidden] → logits [rows, vocab]); part p's rows are its positions / ids from index
+// `pos0` on (run_chunk: the last rows of its chunk; step_batch: row 0 of each sequence).
+void Forward::head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits) {
+  const Model& m = *parts[0].f->model_;
+  const ModelConfig& c = m.config();
+  const ModelWeights& w = m.weights();
+  const int64_t rows = parts.back().row0 + parts.back().n;
+  auto hook = [&](Site s, float* data, int64_t features) {
+    for (const Part& p : parts) {
+      Forward& f = *p.f;
+      if (!f.hooks_.active(s, -1)) continue;
+      SiteView v{s, -1, data + p.row0 * features, p.n, features, std::span(f.pos_.data() + pos0, size_t(p.n)),
+                 std::span(f.ids_.data() + pos0, size_t(p.n))};
+      f.hooks_.run(v);
+    }
+  };
+  rmsnorm(x, w.final_norm, xn, rows, c.hidden_size, c.rms_norm_eps);
+  hook(Site::HeadIn, xn, c.hidden_size);
+  if (w.lm_head_impl) w.lm_head_impl->apply(xn, rows, nullptr, logits);
+  else matmul(xn, rows, w.lm_head, nullptr, logits);
+  hook(Site::Logits, logits, c.vocab_size);
 }
 
 // One decoder layer, as in the Llama paper / HF LlamaDecoderLayer:
@@ -437,7 +461,7 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
               ws.max_batch_);
   const ModelConfig& c = ws.model_->config();
   const ModelWeights& w = ws.model_->weights();
-  const int64_t H = c.hidden_size, V = c.vocab_size;
+  const int64_t V = c.vocab_size;
   for (int64_t b = 0; b < B; ++b) {
     Forward& f = *seqs[size_t(b)];
     SINKQ_CHECK(f.model_ == ws.model_, "step_batch: sequence {} runs another model", b);
@@ -459,20 +483,13 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
   v_scratch.resize(size_t(B * c.kv_dim()));
   std::vector<Part> parts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
-  embed_rows(w.embed, tokens, ws.x_.data());
+  embed_ids(w, tokens, ws.x_.data());
   for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
   for (Forward* f : seqs) f->advance(1);
-  rmsnorm(ws.x_.data(), w.final_norm, ws.xn_.data(), B, H, c.rms_norm_eps);
   logits.resize(size_t(B * V));
-  matmul(ws.xn_.data(), B, w.lm_head, nullptr, logits.data());
-  for (int64_t b = 0; b < B; ++b) {
-    Forward& f = *seqs[size_t(b)];
-    f.logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-    if (f.hooks_.active(Site::Logits, -1)) {
-      SiteView sv{Site::Logits, -1, f.logits_.data(), 1, V, std::span(f.pos_.data(), 1), std::span(f.ids_.data(), 1)};
-      f.hooks_.run(sv);
-    }
-  }
+  head(ws.x_.data(), parts, 0, ws.xn_.data(), logits.data());
+  for (int64_t b = 0; b < B; ++b)
+    seqs[size_t(b)]->logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
 }
 
 }  // namespace sinkq

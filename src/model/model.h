@@ -142,6 +142,8 @@ class Forward {
     int64_t row0, n;
   };
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
+  static void embed_ids(const ModelWeights& w, std::span<const int32_t> ids, float* out);
+  static void head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits);
   void layer(int l, int64_t T);
   void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch);
   void advance(int64_t T);  // T new body rows are in the cache / store

@@ -18,6 +18,8 @@
 // down_in         [T, intermediate]     silu(gate)·up: the input of down_proj
 // out             [T, hidden]           the residual stream after the layer
 // logits          [T, vocab]            layer = -1; only rows that the caller asked logits for
+// head_in         [T, hidden]           layer = -1; the final norm's output: the input of lm_head,
+//                                       for those rows only (int8 head quantization, recipe.h HeadSim)
 // Edits to k_pre_rope propagate (RoPE is applied after the hook); edits to k and v are what
 // later tokens attend to.
 #pragma once
@@ -32,10 +34,11 @@
 
 namespace sinkq {
 
-enum class Site : uint8_t { AttnIn, Q, KPreRope, K, V, OIn, MlpIn, DownIn, Out, Logits, kCount };
+// The per-layer sites come first: [0, Logits) are the sites of every layer.
+enum class Site : uint8_t { AttnIn, Q, KPreRope, K, V, OIn, MlpIn, DownIn, Out, Logits, HeadIn, kCount };
 inline constexpr int kNumSites = int(Site::kCount);
 inline constexpr std::array<std::string_view, kNumSites> kSiteNames = {
-    "attn_in", "q", "k_pre_rope", "k", "v", "o_in", "mlp_in", "down_in", "out", "logits"};
+    "attn_in", "q", "k_pre_rope", "k", "v", "o_in", "mlp_in", "down_in", "out", "logits", "head_in"};
 
 inline std::string_view site_name(Site s) { return kSiteNames[size_t(s)]; }
 

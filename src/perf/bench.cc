@@ -64,15 +64,16 @@ double kv_row_bytes_of(const Forward& f) {
 void weight_bytes(const Model& m, int64_t& decode, int64_t& total) {
   const ModelWeights& w = m.weights();
   const ModelConfig& c = m.config();
-  decode = mat_bytes(w.lm_head);
+  decode = w.lm_head_impl ? int64_t(w.lm_head_impl->bytes()) : mat_bytes(w.lm_head);
   for (const LayerWeights& l : w.layers) {
     for (int i = 0; i < kNumLinearRoles; ++i) {
       const auto* pl = dynamic_cast<const runtime::PackedLinear*>(l.impl_of(i).get());
       decode += pl ? int64_t(pl->bytes()) : mat_bytes(l.mat(i));
     }
   }
-  const bool tied = w.lm_head.data == w.embed.data;
-  total = decode + (tied ? 0 : mat_bytes(w.embed)) +
+  const bool tied = w.tied();
+  const int64_t embed = w.embed_impl ? int64_t(w.embed_impl->bytes()) : mat_bytes(w.embed);
+  total = decode + (tied ? 0 : embed) +
           int64_t(sizeof(float)) * c.hidden_size * (2 * int64_t(c.num_layers) + 1);
 }
 

@@ -153,6 +153,11 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     sm.model = std::move(f.model);
     sm.statics = std::move(f.statics);
     report["finetune"] = std::move(f.report);
+    if (cfg.head.on()) {  // the fine-tuned model carries the fp tables: the int8 head on top of it
+      Recipe head_only;
+      head_only.head = cfg.head;
+      sm.model = fake_quantize_weights(sm.model, head_only);
+    }
   }
   // 6. The prefix every Forward of the result runs behind.
   if (fp_prefix) {

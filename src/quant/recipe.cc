@@ -157,6 +157,10 @@ std::string Recipe::calibration_needed_by() const {
 }
 
 void Recipe::validate() const {
+  SINKQ_CHECK(head.bits == 8 || head.bits == kBitsOff, "--head-bits must be 8 (int8 embeddings and LM head) or 16 "
+              "(full precision), got {}", head.bits);
+  SINKQ_CHECK(!head.on() || prefix.train_epochs == 0, "--head-bits 8 with --prefix-train: IntactKV+Cal's training "
+              "model (train/grad_model.h) runs the LM head in full precision; train the prefix without --head-bits");
   parse_bits("--w-bits", w.bits);
   parse_bits("--a-bits", a.bits);
   parse_bits("--kv-bits", kv.bits);
@@ -299,8 +303,8 @@ int parse_linear_role(std::string_view name, std::string_view where) {
   for (int i = 0; i < kNumLinearRoles; ++i)
     if (name == kLinearRoles[i].name) return i;
   for (const char* f : kFixedRoles)
-    SINKQ_CHECK(name != f, "{}: role '{}' has a fixed setting in this version (embed_tokens / lm_head stay full "
-                "precision, stored as --fp-dtype; the KV cache has one setting, 'kv', for keys and values of every "
+    SINKQ_CHECK(name != f, "{}: role '{}' has its own setting, not a weight rule (embed_tokens / lm_head: --head-bits "
+                "8 | 16, recipe 'head'; the KV cache has one setting, 'kv', for keys and values of every "
                 "layer)", where, name);
   std::string names;
   for (const LinearRoleInfo& r : kLinearRoles) names += (names.empty() ? "" : ", ") + std::string(r.name);
@@ -373,6 +377,7 @@ std::string Recipe::describe() const {
     }
   }
   for (const WeightRule& r : weight_rules) s += " | " + r.describe();
+  if (head.on()) s += " | head W8A8 per-row/per-token";
   if (rotate.on) s += fmt::format(" | rotate seed={}", rotate.seed);
   const bool train = prefix.train_epochs > 0;
   if (prefix.requested()) {
@@ -401,11 +406,11 @@ std::vector<std::string> Recipe::preset_names() {
 
 namespace {
 
-// w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static] into c (weights per output channel or groups of
-// G, sym or asym; activations dynamic per-token, or static per-tensor with the clip grid; KV
-// dynamic per-head sym). False when `name` is not of that form.
+// w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8] into c (weights per output channel or
+// groups of G, sym or asym; activations dynamic per-token, or static per-tensor with the clip grid;
+// KV dynamic per-head sym; -head8: int8 embeddings and LM head). False when `name` is not of that form.
 bool parse_short_name(std::string_view name, Recipe& c) {
-  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?");
+  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?(-head8)?");
   std::cmatch m;
   if (!std::regex_match(name.begin(), name.end(), m, re)) return false;
   c.w.bits = std::stoi(m[1]);
@@ -417,6 +422,7 @@ bool parse_short_name(std::string_view name, Recipe& c) {
     c.a.mode = ActMode::Static;
     c.a.clip_grid = true;
   }
+  if (m[9].matched) c.head.bits = 8;
   return true;
 }
 
@@ -472,7 +478,8 @@ Recipe Recipe::from_preset(std::string_view name) {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     fail("unknown preset '{}' (--preset): expected one of {}, or a short name "
-         "w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym][-static] (e.g. w4a8kv4, w4a8-g128, w4a4-static)",
+         "w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym][-static][-head8] (e.g. w4a8kv4, w4a8-g128, w4a4-static, "
+         "w8a8-head8)",
          name, names);
   }
   return c;

@@ -8,8 +8,8 @@
 // the weight setting of chosen (layer, role) pairs — mixed precision such as `down_proj` at 8 bits
 // or the first and last layer at 8 bits. Roles are io/weights.h kLinearRoles' names (q_proj,
 // k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj); embed_tokens and lm_head are named in
-// the table (kFixedRoles) but stay full precision in this version (their storage type is
-// `sinkq quantize --fp-dtype`), and the KV cache has one setting for keys and values of every
+// the table (kFixedRoles) but have their own setting (`head`: int8 or full precision, whose
+// storage type is `sinkq quantize --fp-dtype`), and the KV cache has one setting for keys and values of every
 // layer (the codebook quantizer sets keys and values apart: KvSim; per-layer codebooks are
 // calibrated, not configured): a rule naming them is an error that says so, never ignored.
 //
@@ -24,7 +24,8 @@
 //           "values": "token|channel", "outliers": p, "qnorm": bool}   (KVQuant's, issue 15),
 //    "rotation": {"on", "seed"},
 //    "prefix": null|{"spec", "tokens", "source", "eta", "bos_id", "train"?: {"epochs", "lr", "batch"}},
-//    "calibration": null|{"file", "samples", "len", "seed", "grid", "weight_rows"}}
+//    "calibration": null|{"file", "samples", "len", "seed", "grid", "weight_rows"},
+//    "head"?: {"bits": 8}}   (absent = off: recipes from before it read back unchanged)
 // Keys that only describe (clip_search, matrices, sites, computed_by, ...) are written for the
 // reader and skipped on parse; any other unknown key is an error naming its path (a typo in a
 // hand-edited recipe must not be silently ignored). Negative layer indices count from the end
@@ -262,9 +263,32 @@ struct FinetuneSim {
   bool on() const { return epochs > 0; }
 };
 
+// The embeddings and the LM head in int8 (issue 19; off by default). Decision: one setting for
+// both, bits 8 only: the table is W8 per output row (one symmetric scale per vocabulary entry,
+// clip 1 — a row's absmax maps to ±127), and the LM head's input (site head_in: the final norm's
+// output) is quantized int8 per token, dynamic, symmetric, whatever `a` says — as llama.cpp's
+// Q8_0 output matmul does. Tied embeddings stay tied: one int8 table serves the lookup and the
+// head (an embedding row is that row dequantized, exactly the simulated value). Why not 4 bits or
+// static scales: the head's error reaches every logit directly; 8 bits is what every peer ships.
+struct HeadSim {
+  int bits = kBitsOff;  // 8, or kBitsOff (fp: the source's or --fp-dtype)
+  bool on() const { return bits != kBitsOff; }
+  // The table's weight setting (sim.h fake_quant_weight; the packed runtime's W8_PerRow).
+  WeightSim weights() const { return WeightSim{.bits = 8, .group = 0, .symmetric = true, .clip = 1.0f}; }
+  // The LM head input's quantizer (site head_in): int8 per token, dynamic, symmetric.
+  QuantSpec activations() const {
+    QuantSpec q;
+    q.bits = 8;
+    q.symmetric = true;
+    q.granularity = Granularity::PerRow;
+    return q;
+  }
+};
+
 // ---- per-(layer, role) weight rules ----------------------------------------------------------
 
-// Roles of the model that the recipe names but that have a single fixed setting in this version.
+// Roles of the model that the recipe names but that weight rules cannot set: embed_tokens and
+// lm_head have their own setting (HeadSim, --head-bits), the KV cache its own (KvSim).
 inline constexpr const char* kFixedRoles[] = {"embed_tokens", "lm_head", "kv_keys", "kv_values"};
 
 // One override of the weight setting (the fields that are set replace the default's).
@@ -303,6 +327,7 @@ struct Recipe {
   CalibSim calib;
   PrefixSim prefix;        // the full-precision KV prefix (none by default)
   FinetuneSim finetune;    // block-wise fine-tuning (off by default)
+  HeadSim head;            // embeddings + LM head in int8 (off by default)
 
   // The weight setting of one matrix: w, then the matching weight_rules.
   WeightSim weights(int layer, int role, int num_layers) const {
@@ -311,7 +336,7 @@ struct Recipe {
   // Whether any matrix of any layer is quantized / uses the clip grid (w or a rule).
   bool weights_on() const;
   bool weight_clip_grid() const;
-  bool any() const { return weights_on() || a.on() || kv.on(); }
+  bool any() const { return weights_on() || a.on() || kv.on() || head.on(); }
   bool act_static() const { return a.on() && a.mode == ActMode::Static; }
   bool kv_static() const { return kv.on() && kv.mode == KvMode::Static; }
   // Whether build_sim needs calibration samples: weight clip grid, static activations or KV, a
@@ -342,7 +367,7 @@ struct Recipe {
   // prefixquant-w4a8kv4, prefixquant-w4a4kv4: rotation on, prefix "auto" (source fp), weights
   // per-channel symmetric with the clip grid, activations static per-tensor (grid), KV static
   // per-head (per-tensor at 8 bits, PrefixQuant §6.1) with the grid; all need --calib.
-  // Besides the presets, the short names w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static] (as
+  // Besides the presets, the short names w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8] (as
   // bench has always spelled them, the packed runtime's settings: w4a8kv4-g128-static = W4 g128 sym, A8 static per-tensor, KV4 dynamic
   // per-head; static activations with the clip grid, as the presets).
   // Unknown name: sinkq::Error naming --preset and listing the names.

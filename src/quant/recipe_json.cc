@@ -155,6 +155,11 @@ nlohmann::json Recipe::to_json() const {
                      {"lr_weights", finetune.lr_weights},
                      {"lr_scales", finetune.lr_scales},
                      {"batch", finetune.batch}};  // absent when off: recipes from before it read back unchanged
+  if (head.on())  // absent when off, as finetune
+    j["head"] = {{"bits", head.bits},
+                 {"weights", "per_row_symmetric"},
+                 {"activations", "dynamic_per_token_symmetric"},
+                 {"matrices", {"embed_tokens", "lm_head"}}};
   if (needs_calibration()) {
     json g = json::array();
     for (float r : calib.grid) g.push_back(json_float(r));
@@ -259,7 +264,7 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
   using nlohmann::json;
   const JsonReader R{where, root};
   Recipe c;
-  R.keys(j, "", {"preset", "weights", "weight_rules", "activations", "kv", "rotation", "prefix", "finetune", "calibration"},
+  R.keys(j, "", {"preset", "weights", "weight_rules", "activations", "kv", "rotation", "prefix", "finetune", "calibration", "head"},
          {"calibration_result", "prefix_resolution"});
   if (const json* p = R.find(j, "preset"); p && !p->is_null()) c.preset = R.str(*p, "preset");
   if (const json* jw = R.find(j, "weights")) {
@@ -350,6 +355,10 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     R.keys(*jr, "rotation", {"on", "seed"}, {"r1", "r2", "r3", "r4"});
     if (const json* v = R.find(*jr, "on")) c.rotate.on = R.boolean(*v, "rotation.on");
     if (const json* v = R.find(*jr, "seed")) c.rotate.seed = R.unsigned64(*v, "rotation.seed");
+  }
+  if (const json* jh = R.find(j, "head")) {
+    R.keys(*jh, "head", {"bits"}, {"weights", "activations", "matrices"});
+    if (const json* v = R.find(*jh, "bits")) c.head.bits = R.integer(*v, "head.bits");
   }
   if (const json* jp = R.find(j, "prefix"); jp && !jp->is_null()) {
     R.keys(*jp, "prefix", {"spec", "tokens", "source", "eta", "bos_id", "train"},

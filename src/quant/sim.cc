@@ -148,7 +148,7 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
                                                    const Recipe& cfg, const ModelClipRatios* clips) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
-  if (!cfg.weights_on()) return base;
+  if (!cfg.weights_on() && !cfg.head.on()) return base;
   const ModelWeights& src = base->weights();
   const int num_layers = int(src.layers.size());
   cfg.check_layers(num_layers);
@@ -177,6 +177,20 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
       m.data = w.own(std::move(buf));
       m.dtype = DType::F32;
     }
+  }
+  if (cfg.head.on()) {  // the int8 table: one for both when tied (recipe.h HeadSim)
+    const bool tied = src.tied();
+    auto table = [&w, hs = cfg.head.weights()](const Mat& m) {
+      std::vector<float> buf(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, buf.data(), buf.size());
+      fake_quant_weight(hs, buf.data(), m.rows, m.cols);
+      Mat q = m;
+      q.data = w.own(std::move(buf));
+      q.dtype = DType::F32;
+      return q;
+    };
+    w.lm_head = table(src.lm_head);
+    w.embed = tied ? w.lm_head : table(src.embed);
   }
   return Model::with_weights(std::move(base), std::move(w));
 }
@@ -222,6 +236,7 @@ std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, c
       }
     }
   }
+  if (cfg.head.on()) handles.push_back(hooks.add(Site::HeadIn, -1, dynamic_hook(cfg.head.activations())));
   if (cfg.kv.on() && cfg.kv.mode == KvMode::Dynamic && !cfg.kv.vector()) {
     const QuantSpec spec = cfg.kv.spec(mc.head_dim);
     // layer -1: every layer; the logits site is never K or V, so only k/v of each layer run it.

@@ -5,7 +5,7 @@
 //
 // What is quantized (as in PrefixQuant §6.1 / CrossQuant §5, see docs/quant.md "Simulation"):
 //   weights      q/k/v/o/gate/up/down_proj of every layer, [out, in]; embeddings and lm_head stay
-//                full precision. Per output channel (a row), or groups of `group` input columns.
+//                full precision unless recipe.head is on (then int8 per row: recipe.h HeadSim). Per output channel (a row), or groups of `group` input columns.
 //                Clip ratio fixed, or chosen per (row, group) by grid search on the layer output.
 //   activations  the inputs of those linear layers: sites attn_in [T, hidden] (q/k/v), o_in
 //                [T, heads·head_dim], mlp_in [T, hidden] (gate/up), down_in [T, intermediate].
@@ -80,8 +80,9 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
 using ModelClipRatios = std::vector<std::vector<ClipRatios>>;
 
 
-// A model whose q/k/v/o/gate/up/down matrices are widened to fp32 and fake-quantized (owned);
-// embeddings, lm_head, norms and biases are shared with `base`, which the result keeps alive.
+// A model whose q/k/v/o/gate/up/down matrices are widened to fp32 and fake-quantized (owned), and
+// with cfg.head on its embeddings / lm_head too (one table when tied); the rest (norms, biases,
+// an fp head) is shared with `base`, which the result keeps alive.
 // With weights off it returns `base` itself (same object: logits bit-identical). Does not rotate
 // (build_sim does). With cfg.w.clip_grid the searched ratios must be given (else an error naming
 // --w-clip and --calib).

@@ -160,10 +160,44 @@ QuantizedModel load_artifact(const std::string& dir) {
   std::set<std::string> expected;
   auto want = [&](const std::string& n) -> const std::string& { return *expected.insert(n).first; };
 
+  // One packed block <tb>.codes / .scales (/ .zeros) of format ft, [rows, cols].
+  auto read_packed = [&](const std::string& tb, const lowbit::FormatDesc& ft, int64_t rows, int64_t cols) {
+    PackedTensor pt;
+    pt.format = ft.format;
+    pt.rows = rows;
+    pt.cols = cols;
+    pt.codes = L.copy<uint8_t>(L.tensor(want(tb + ".codes"), "U8", {rows, lowbit::row_bytes(ft, pt.cols)}));
+    pt.scales = L.copy<float>(L.tensor(want(tb + ".scales"), "F32", {rows, pt.groups()}));
+    for (size_t k = 0; k < pt.scales.size(); ++k)
+      SINKQ_CHECK(pt.scales[k] >= FLT_MIN && pt.scales[k] <= FLT_MAX,
+                  "{}: tensor '{}.scales': entry {} = {} is not a positive normal fp32 scale", L.tensors_path, tb, k,
+                  pt.scales[k]);
+    if (!ft.symmetric) pt.zeros = L.copy<uint8_t>(L.tensor(want(tb + ".zeros"), "U8", {rows, pt.groups()}));
+    return pt;
+  };
+
   ModelWeights w;
   const int64_t H = mc.hidden_size;
-  w.embed = L.mat(w, want("model.embed_tokens.weight"), mc.vocab_size, H);
-  w.lm_head = tied ? w.embed : L.mat(w, want("lm_head.weight"), mc.vocab_size, H);
+  if (qm.cfg.head.on()) {
+    // The int8 head (quant/recipe.h HeadSim): W8 per-row tables, no fp copy.
+    auto table = [&](const std::string& base) -> std::shared_ptr<const LinearImpl> {
+      std::vector<PackedLinear::PlanarBlock> blocks;
+      blocks.push_back({0, read_packed(base, lowbit::traits(PackedFormat::W8_PerRow), mc.vocab_size, H)});
+      try {
+        return std::make_shared<const PackedLinear>(base + ".weight", mc.vocab_size, H, std::move(blocks),
+                                                    head_act_format());
+      } catch (const Error& e) {
+        fail("{}: {}", L.tensors_path, e.what());
+      }
+    };
+    w.embed = Mat{DType::F32, mc.vocab_size, H, nullptr, "model.embed_tokens.weight"};
+    w.lm_head = Mat{DType::F32, mc.vocab_size, H, nullptr, "lm_head.weight"};
+    w.lm_head_impl = table("lm_head");
+    w.embed_impl = tied ? w.lm_head_impl : table("model.embed_tokens");
+  } else {
+    w.embed = L.mat(w, want("model.embed_tokens.weight"), mc.vocab_size, H);
+    w.lm_head = tied ? w.embed : L.mat(w, want("lm_head.weight"), mc.vocab_size, H);
+  }
   w.final_norm = L.f32(w, want("model.norm.weight"), H);
   const bool act_static = qm.cfg.act_static();
   std::vector<quant::StaticQuant> statics;  // activation and KV params, as build_sim's
@@ -246,19 +280,7 @@ QuantizedModel load_artifact(const std::string& dir) {
                                "[{}, {}, {} ({})]", b, e[0].get<int64_t>(), e[1].get<int64_t>(), fid, ft->name,
                                qm.cfg.describe(), layout[b].col0, layout[b].cols, int(layout[b].format),
                                lowbit::traits(layout[b].format).name));
-        const std::string tb = b == 0 ? base : base + ".tail";
-        PackedTensor pt;
-        pt.format = ft->format;
-        pt.rows = rows;
-        pt.cols = layout[b].cols;
-        pt.codes = L.copy<uint8_t>(L.tensor(want(tb + ".codes"), "U8", {rows, lowbit::row_bytes(*ft, pt.cols)}));
-        pt.scales = L.copy<float>(L.tensor(want(tb + ".scales"), "F32", {rows, pt.groups()}));
-        for (size_t k = 0; k < pt.scales.size(); ++k)
-          SINKQ_CHECK(pt.scales[k] >= FLT_MIN && pt.scales[k] <= FLT_MAX,
-                      "{}: tensor '{}.scales': entry {} = {} is not a positive normal fp32 scale", L.tensors_path, tb,
-                      k, pt.scales[k]);
-        if (!ft->symmetric) pt.zeros = L.copy<uint8_t>(L.tensor(want(tb + ".zeros"), "U8", {rows, pt.groups()}));
-        blocks.push_back({layout[b].col0, std::move(pt)});
+        blocks.push_back({layout[b].col0, read_packed(b == 0 ? base : base + ".tail", *ft, rows, layout[b].cols)});
       }
       try {
         lw.impl_of(i) = std::make_shared<const PackedLinear>(
@@ -359,7 +381,7 @@ QuantizedModel load_artifact(const std::string& dir) {
                 L.tensors_path, t->name);
   // Integrity, after the structure (whose messages say more when they apply): what an edit or a
   // corruption that keeps the structure valid still changes.
-  if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{dtype_name(w.embed.dtype)}; fp != emb)
+  if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{fp_dtype_label(w)}; fp != emb)
     L.bad_field("fp_dtype", fmt::format("'{}', but model.embed_tokens.weight is {}", fp, emb));
   // The inventory lists exactly the file's tensors, with their dtypes, shapes and checksums.
   const json& inv = L.field(r, "", "tensors");

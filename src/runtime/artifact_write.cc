@@ -108,6 +108,10 @@ void write_json_file(const std::string& path, const json& j) { write_file_atomic
 
 }  // namespace
 
+std::string fp_dtype_label(const ModelWeights& w) {
+  return w.lm_head_impl ? "int8" : std::string(dtype_name(w.embed.dtype));
+}
+
 bool is_artifact(const std::string& dir) {
   std::error_code ec;
   return fs::is_regular_file(fs::path(dir) / kRecipe, ec);
@@ -145,9 +149,19 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
   auto add_vec = [&](const std::string& name, const float* v, int64_t n) {
     tl.add_view(name, DType::F32, {n}, v, size_t(n) * sizeof(float));
   };
-  const bool tied = w.lm_head.data == w.embed.data;
-  add_mat("model.embed_tokens.weight", w.embed);
-  if (!tied) add_mat("lm_head.weight", w.lm_head);
+  const bool tied = w.tied();
+  if (w.lm_head_impl) {  // the int8 head: its W8 per-row tables (artifact.h)
+    auto table = [&](const std::string& base, const LinearImpl* impl) {
+      const auto* pl = dynamic_cast<const PackedLinear*>(impl);
+      SINKQ_CHECK(pl != nullptr && pl->blocks().size() == 1, "write_artifact: {} is not a one-block packed table", base);
+      add_packed(tl, base, pl->planar(0));
+    };
+    table("lm_head", w.lm_head_impl.get());
+    if (!tied) table("model.embed_tokens", w.embed_impl.get());
+  } else {
+    add_mat("model.embed_tokens.weight", w.embed);
+    if (!tied) add_mat("lm_head.weight", w.lm_head);
+  }
   add_vec("model.norm.weight", w.final_norm, mc.hidden_size);
   for (int l = 0; l < mc.num_layers; ++l) {
     const LayerWeights& lw = w.layers[size_t(l)];
@@ -241,7 +255,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       {"config_checksum", checksum(config_bytes)},
       {"describe", qm.describe()},
       {"lm_head_tied", tied},
-      {"fp_dtype", std::string(dtype_name(w.embed.dtype))},
+      {"fp_dtype", fp_dtype_label(w)},
       {"recipe", recipe_json},
       {"provenance", provenance},
       {"tensors", inventory}};

@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "formats/uniform_int.h"
 #include "kernels/ops.h"
 
 namespace sinkq::runtime {
@@ -117,6 +118,7 @@ std::string RuntimeConfig::describe() const {
   for (const quant::WeightRule& r : weight_rules) s += " | " + r.describe();
   s += fmt::format(" | A{} {} {}", a.bits, a.mode == ActMode::Dynamic ? "dynamic per-token" : "static per-tensor",
                    sym_name(a.symmetric));
+  if (head8) s += " | head W8A8";
   return s;
 }
 
@@ -203,6 +205,36 @@ PackedLinear::PackedLinear(std::string name, int64_t rows, int64_t cols, std::ve
   SINKQ_CHECK(next == cols, "{}: the weight blocks cover columns [0, {}) of {}", name_, next, cols);
 }
 
+namespace {
+// The code of column c of a row in lowbit::repack's layout (row_base: the row's first byte in its
+// 16-row block): u = c + 128 (8-bit), or u = c + 8 in the low (j < 4) / high nibble (4-bit).
+int kernel_code(const lowbit::FormatDesc& t, const uint8_t* row_base, int64_t c) {
+  const int step = t.bits == 4 ? 8 : 4;
+  const int64_t s = c / step, j = c % step;
+  const uint8_t byte = row_base[s * 64 + j % 4];
+  return t.bits == 8 ? int(byte) - 128 : int((byte >> (j < 4 ? 0 : 4)) & 0xF) - 8;
+}
+}  // namespace
+
+void PackedLinear::gather_rows(std::span<const int32_t> ids, float* out) const {
+  for (size_t k = 0; k < ids.size(); ++k) {
+    const int64_t r = ids[k];
+    SINKQ_CHECK(r >= 0 && r < rows_, "{}: token id {} is outside the table's {} rows", name_, r, rows_);
+    float* dst = out + int64_t(k) * cols_;
+    for (const Block& b : blocks_) {
+      const lowbit::KernelWeights& kw = b.w;
+      const lowbit::FormatDesc& t = lowbit::traits(kw.format);
+      SINKQ_CHECK(t.symmetric, "{}: rows of {} weights cannot be gathered (an int8 table is symmetric)", name_, t.name);
+      const int64_t blk = r / 16, i = r % 16, ng = kw.groups, per = kw.cols / ng;
+      const uint8_t* src = kw.codes.data() + blk * kw.steps * 64 + i * 4;
+      // x̂ = s·c, quant::dequantize's value (formats/uniform_int.h decode with zero 0).
+      for (int64_t c = 0; c < kw.cols; ++c)
+        dst[b.col0 + c] = formats::uniform::decode(kernel_code(t, src, c), 0,
+                                                   kw.scales[size_t((blk * ng + c / per) * 16 + i)]);
+    }
+  }
+}
+
 PackedTensor PackedLinear::planar(size_t b) const {
   SINKQ_ASSERT(b < blocks_.size());
   const lowbit::KernelWeights& kw = blocks_[b].w;
@@ -211,7 +243,6 @@ PackedTensor PackedLinear::planar(size_t b) const {
   pt.format = kw.format;
   pt.rows = kw.rows;
   pt.cols = kw.cols;
-  const int step = t.bits == 4 ? 8 : 4;
   const int64_t ng = kw.groups, rb = lowbit::row_bytes(t, kw.cols);
   pt.codes.assign(size_t(kw.rows * rb), 0);
   pt.scales.resize(size_t(kw.rows * ng));
@@ -221,10 +252,7 @@ PackedTensor PackedLinear::planar(size_t b) const {
     const uint8_t* src = kw.codes.data() + blk * kw.steps * 64 + i * 4;
     uint8_t* dst = pt.codes.data() + r * rb;
     for (int64_t c = 0; c < kw.cols; ++c) {
-      const int64_t s = c / step, j = c % step;
-      const uint8_t byte = src[s * 64 + j % 4];
-      // repack stored u = c + 128 (8-bit) or u = c + 8 in the low (j < 4) / high nibble (4-bit).
-      const int code = t.bits == 8 ? int(byte) - 128 : int((byte >> (j < 4 ? 0 : 4)) & 0xF) - 8;
+      const int code = kernel_code(t, src, c);
       if (t.bits == 8)
         dst[c] = uint8_t(int8_t(code));
       else
@@ -283,6 +311,21 @@ size_t PackedLinear::bytes() const {
   return n;
 }
 
+PackedFormat head_act_format() {
+  const quant::QuantSpec s = quant::HeadSim{}.activations();
+  return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic});
+}
+
+void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make) {
+  const bool tied = w.tied();
+  w.lm_head_impl = make(w.lm_head);
+  w.embed_impl = tied ? w.lm_head_impl : make(w.embed);
+  for (Mat* m : {&w.embed, &w.lm_head}) {
+    m->data = nullptr;
+    m->dtype = DType::F32;
+  }
+}
+
 std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
@@ -326,6 +369,13 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
     return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.weights(l, i, L), act,
                                                 sp ? *sp : quant::Params{});
   });
+  if (cfg.head8)
+    pack_head(w, [](const Mat& m) -> std::shared_ptr<const LinearImpl> {
+      std::vector<float> f32(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, f32.data(), f32.size());
+      return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, quant::HeadSim{}.weights(),
+                                                  head_act_format());
+    });
   return Model::with_weights(std::move(base), std::move(w));
 }
 

@@ -4,8 +4,7 @@
 //
 // A packed model is the base model whose q/k/v/o/gate/up/down linears carry a PackedLinear in
 // LayerWeights::impl (io/weights.h); Forward then runs impl->apply instead of the fp32 matmul.
-// Embeddings, lm_head, norms, attention and the KV cache stay fp32 (as in the simulator, whose
-// KV quantization has no runtime counterpart yet). Site hooks still see the fp32 linear inputs.
+// Norms and attention stay fp32; embeddings and lm_head too unless the int8 head is on (pack_head). Site hooks still see the fp32 linear inputs.
 //
 // What a packed linear computes is exactly what the simulator computes (quant/sim.h: weights
 // fake-quantized by fake_quant_weight, activations fake-quantized at attn_in / o_in / mlp_in /
@@ -70,6 +69,7 @@ struct RuntimeConfig {
   WeightScheme w{.bits = 8};                   // every (layer, role) without a matching rule
   std::vector<quant::WeightRule> weight_rules;  // the recipe's per-(layer, role) overrides
   ActScheme a;
+  bool head8 = false;  // embeddings and LM head in int8 (quant/recipe.h HeadSim): pack_model packs them
   // The weights of one matrix (quant::resolve_weights: the recipe's one resolution).
   WeightScheme weights(int layer, int role, int num_layers) const {
     return quant::resolve_weights(w, weight_rules, layer, role, num_layers);
@@ -125,6 +125,9 @@ class PackedLinear final : public LinearImpl {
 
   void apply(const float* x, int64_t T, const float* bias, float* y) const override;
   std::string describe() const override;
+  // Rows of ŵ (symmetric formats: s·c, exactly the simulator's fake-quantized values), e.g. the
+  // int8 embedding table; an asymmetric format is a sinkq::Error.
+  void gather_rows(std::span<const int32_t> ids, float* out) const override;
 
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
@@ -153,6 +156,14 @@ class PackedLinear final : public LinearImpl {
 // attn_in, o_in, mlp_in, down_in of every layer. Throws sinkq::Error (naming the matrix, layer or
 // site) for anything the kernels cannot run, or when `base` is already packed.
 std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg);
+
+// The activation format of the int8 LM head's input (quant::HeadSim::activations: a8 per token).
+lowbit::PackedFormat head_act_format();
+
+// The int8 head of w (quant/recipe.h HeadSim): lm_head_impl = make(lm_head), embed_impl = the same
+// object when tied, else make(embed); the two Mats then keep shape and name only (data nullptr).
+// make packs a [vocab, hidden] table as W8 per row with head_act_format() activations.
+void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make);
 
 // The one pack loop: make(l, i, m) for every layer l and linear role i (io/weights.h kLinearRoles)
 // of `w`, in parallel over the matrices (make runs single-threaded inside; it must be safe to call

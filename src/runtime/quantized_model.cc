@@ -146,6 +146,7 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
     r.clip_grid.reset();
     if (r.bits || r.group || r.symmetric) rt.weight_rules.push_back(std::move(r));
   }
+  rt.head8 = cfg.head.on();
   rt.a.bits = cfg.a.bits;
   rt.a.symmetric = cfg.a.symmetric;
   rt.a.mode = cfg.a.mode;
@@ -199,11 +200,12 @@ Mat convert_mat(const Mat& m, DType dtype, ModelWeights& w) {
 std::shared_ptr<const Model> with_fp_dtype(std::shared_ptr<const Model> m, DType dtype) {
   SINKQ_ASSERT(m != nullptr);
   const ModelWeights& src = m->weights();
+  if (src.lm_head_impl) return m;  // an int8 head: no fp table to round
   if (src.embed.dtype == dtype && src.lm_head.dtype == dtype) return m;
   ModelWeights w;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
-  const bool tied = src.lm_head.data == src.embed.data;
+  const bool tied = src.tied();
   w.embed = convert_mat(src.embed, dtype, w);
   w.lm_head = tied ? w.embed : convert_mat(src.lm_head, dtype, w);
   return Model::with_weights(std::move(m), std::move(w));
@@ -239,8 +241,8 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
-  if (opt.fp_dtype) {
-    const bool tied = src.lm_head.data == src.embed.data;
+  if (opt.fp_dtype && !sim.cfg.head.on()) {  // an int8 head keeps no fp table (pack_head)
+    const bool tied = src.tied();
     w.embed = convert_mat(src.embed, *opt.fp_dtype, w);
     w.lm_head = tied ? w.embed : convert_mat(src.lm_head, *opt.fp_dtype, w);
   }
@@ -274,6 +276,14 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       lw.mat(i).data = nullptr;
       lw.mat(i).dtype = DType::F32;
     }
+  if (sim.cfg.head.on())
+    pack_head(w, [](const Mat& m) -> std::shared_ptr<const LinearImpl> {
+      std::vector<float> f32(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, f32.data(), f32.size());
+      std::vector<PackedLinear::PlanarBlock> blocks;
+      blocks.push_back({0, pack_exact(PackedFormat::W8_PerRow, f32.data(), m.rows, m.cols, m.name)});
+      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), head_act_format());
+    });
   qm.model = Model::with_weights(sim.model, std::move(w));
   return qm;
 }
@@ -305,6 +315,8 @@ size_t QuantizedModel::packed_bytes() const {
   for (const LayerWeights& lw : model->weights().layers)
     for (const auto* impl : {&lw.impl.q, &lw.impl.k, &lw.impl.v, &lw.impl.o, &lw.impl.gate, &lw.impl.up, &lw.impl.down})
       if (const auto* p = dynamic_cast<const PackedLinear*>(impl->get())) n += p->bytes();
+  const ModelWeights& w = model->weights();  // the int8 head's tables (one when tied)
+  if (w.lm_head_impl) n += w.lm_head_impl->bytes() + (w.tied() ? 0 : w.embed_impl->bytes());
   return n;
 }
 

@@ -118,7 +118,7 @@ Params<R> Params<R>::from_model(const Model& m) {
   const ModelWeights& w = m.weights();
   Params p;
   p.embed = widen<R>(w.embed);
-  if (w.lm_head.data != w.embed.data) p.lm_head = widen<R>(w.lm_head);
+  if (!w.tied()) p.lm_head = widen<R>(w.lm_head);
   p.final_norm = widen<R>(w.final_norm, c.hidden_size);
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = w.layers[size_t(l)];

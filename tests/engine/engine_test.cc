@@ -31,17 +31,21 @@ std::vector<float> last_logits(Session& s, const std::vector<int32_t>& toks) {
   return {l.begin(), l.end()};
 }
 
-// A simulated W4A8KV4 + [BOS] prefix engine and its packed artifact.
+// A simulated W4A8KV4 + [BOS] prefix engine and its packed artifact; the same with the int8 head
+// (quant/recipe.h HeadSim).
 struct Engines {
-  std::shared_ptr<const Engine> sim, packed;
+  std::shared_ptr<const Engine> sim, packed, sim_head, packed_head;
   testing::TempDir tmp;
   Engines() {
-    OpenOptions oo;
-    oo.recipe = quant::Recipe::from_preset("w4a8kv4");
-    oo.recipe->prefix.spec = "bos";
-    sim = Engine::open(stories(), oo);
-    runtime::write_artifact(sim->pack(), stories(), tmp.file("art"));
-    packed = Engine::open(tmp.file("art"));
+    for (const bool head : {false, true}) {
+      OpenOptions oo;
+      oo.recipe = quant::Recipe::from_preset(head ? "w4a8kv4-head8" : "w4a8kv4");
+      oo.recipe->prefix.spec = "bos";
+      const std::string art = tmp.file(head ? "art-head" : "art");
+      (head ? sim_head : sim) = Engine::open(stories(), oo);
+      runtime::write_artifact((head ? sim_head : sim)->pack(), stories(), art);
+      (head ? packed_head : packed) = Engine::open(art);
+    }
   }
 };
 Engines& engines() {
@@ -117,14 +121,15 @@ TEST(Engine, SessionsAreIndependent) {
 // Forward::step_batch (continuous batching in sinkq serve): one decode step of several sessions
 // together gives each the logits it gets stepping alone — on the plain fp32 model, the simulated
 // W4A8KV4 engine (per-sequence fake-quant hooks on each row, a [BOS] prefix) and its artifact
-// (packed linears, packed KV store, prefix) — whichever sessions are in the batch, and leaves the
+// (packed linears, packed KV store, prefix), each also with the int8 head (its head_in hook per
+// row; the packed W8A8 head over the batch) — whichever sessions are in the batch, and leaves the
 // caches where stepping alone would. Bit for bit: each row of the batched linears is computed in
 // the same order as alone (packed GEMM: exact int32 sums; fp32: the multi-token GEMV, T <=
 // gemv_max_t, keeps every token's summation order).
 TEST(Engine, BatchedDecodeStepEqualsEachAlone) {
   const auto fp = Engine::open(stories());
-  for (const auto& eng : {fp, engines().sim, engines().packed}) {
-    SCOPED_TRACE(eng->runtime_name());
+  for (const auto& eng : {fp, engines().sim, engines().packed, engines().sim_head, engines().packed_head}) {
+    SCOPED_TRACE(eng->describe());
     const std::vector<std::vector<int32_t>> prompts = {prompt(5, 1), prompt(17, 2), prompt(9, 3)};
     const size_t B = prompts.size();
     std::vector<std::unique_ptr<Session>> batched, alone;

@@ -33,11 +33,11 @@ TEST(Sites, ObserverSeesEverySiteWithShapesAndPositions) {
           {Site::AttnIn, c.hidden_size}, {Site::Q, c.q_dim()},       {Site::KPreRope, c.kv_dim()},
           {Site::K, c.kv_dim()},         {Site::V, c.kv_dim()},      {Site::OIn, c.q_dim()},
           {Site::MlpIn, c.hidden_size},  {Site::DownIn, c.intermediate_size},
-          {Site::Out, c.hidden_size},    {Site::Logits, c.vocab_size}};
+          {Site::Out, c.hidden_size},    {Site::Logits, c.vocab_size}, {Site::HeadIn, c.hidden_size}};
       EXPECT_EQ(v.features, width.at(v.site)) << site_name(v.site);
       EXPECT_EQ(v.positions.size(), size_t(v.tokens));
       EXPECT_EQ(v.token_ids.size(), size_t(v.tokens));
-      EXPECT_EQ(v.site == Site::Logits, v.layer == -1);
+      EXPECT_EQ(v.site == Site::Logits || v.site == Site::HeadIn, v.layer == -1);
     });
   }
   fwd.step(std::span(kIds).first(5), true);  // prefill: positions 0..4
@@ -52,6 +52,7 @@ TEST(Sites, ObserverSeesEverySiteWithShapesAndPositions) {
   for (int s = 0; s < int(Site::Logits); ++s)
     for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ((calls[{s, l}]), s == 0 ? 4 : 2) << site_name(Site(s)) << " layer " << l;
   EXPECT_EQ((calls[{int(Site::Logits), -1}]), 2);
+  EXPECT_EQ((calls[{int(Site::HeadIn), -1}]), 2);
 }
 
 // k and v hooks see exactly the rows that land in the cache; edits there are what attention uses.

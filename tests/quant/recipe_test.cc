@@ -60,7 +60,7 @@ Recipe everything() {
 TEST(Recipe, JsonReadsBackToItself) {
   std::vector<std::pair<std::string, Recipe>> all;
   for (const auto& n : Recipe::preset_names()) all.emplace_back(n, Recipe::from_preset(n));
-  for (const char* n : {"w4a8kv4-g128-static", "w8a8kv8", "w4a4-g32-asym", "w4a8kv4"})
+  for (const char* n : {"w4a8kv4-g128-static", "w8a8kv8", "w4a4-g32-asym", "w4a8kv4", "w8a8-head8", "w4a8kv4-static-head8"})
     all.emplace_back(n, Recipe::from_preset(n));
   all.emplace_back("everything", everything());
   Recipe cross = Recipe::from_preset("w8a8");
@@ -109,6 +109,32 @@ TEST(Recipe, ShortNamesAreBenchsGrammar) {
     return s.describe();
   }());
   EXPECT_THAT(error_of([] { Recipe::from_preset("w4a8-g48"); }), HasSubstr("--preset"));
+}
+
+// The int8 head: off by default and then absent from the JSON (recipes and artifacts written before
+// it read back unchanged), "head": {"bits": 8} when on; 8 or 16 only; not with IntactKV+Cal.
+TEST(Recipe, HeadIsItsOwnSetting) {
+  const Recipe off = Recipe::from_preset("w8a8");
+  EXPECT_FALSE(off.head.on());
+  EXPECT_FALSE(off.to_json().contains("head"));
+  const Recipe on = Recipe::from_preset("w8a8-head8");
+  EXPECT_EQ(on.head.bits, 8);
+  EXPECT_EQ(on.to_json().at("head").at("bits"), 8);
+  EXPECT_THAT(on.describe(), HasSubstr("| head W8A8"));
+  EXPECT_THAT(error_of([] { Recipe::from_preset("fp16-head8"); }), HasSubstr("--preset"));
+  Recipe head_only;  // the head alone is a quantization (weights, activations and KV full precision)
+  head_only.head.bits = 8;
+  EXPECT_TRUE(head_only.any());
+  json j = on.to_json();
+  j["head"]["bits"] = 4;
+  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("--head-bits must be 8"));
+  j["head"] = {{"bits", 8}, {"bitz", 8}};
+  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("field 'head.bitz': unknown key"));
+  Recipe trained = Recipe::from_preset("w4a8-head8");
+  trained.prefix.spec = "bos";
+  trained.prefix.tokens = {1};
+  trained.prefix.train_epochs = 1;
+  EXPECT_THAT(error_of([&] { trained.validate(); }), HasSubstr("--head-bits 8 with --prefix-train"));
 }
 
 TEST(Recipe, WeightRulesResolveInOrder) {
@@ -162,7 +188,7 @@ TEST(Recipe, BadRecipesNameTheField) {
   EXPECT_THAT(bad([](json& j) { j["weight_rules"][0]["roles"] = {"down"}; }),
               HasSubstr("field 'weight_rules[0].roles[0]': unknown role 'down'"));
   EXPECT_THAT(bad([](json& j) { j["weight_rules"][0]["roles"] = {"lm_head"}; }),
-              HasSubstr("role 'lm_head' has a fixed setting in this version"));
+              HasSubstr("role 'lm_head' has its own setting, not a weight rule (embed_tokens / lm_head: --head-bits"));
   EXPECT_THAT(bad([](json& j) { j["weight_rules"][0].erase("layers"); }), HasSubstr("field 'weight_rules[0]': needs"));
   EXPECT_THAT(bad([](json& j) { j["weight_rules"][0]["layers"] = json::array(); }),
               HasSubstr("field 'weight_rules[0].layers': must be \"all\" or a non-empty list"));

@@ -140,6 +140,9 @@ TEST(Artifact, RoundTripIsBitExact) {
       {"tiny-qwen2 w4a8 g128 rotated + prefix", tiny_dir(), g128, std::nullopt, true},
       {"stories w4a8 nuq3-1% rotated + prefix", model_dir("stories260K"), nuq3, std::nullopt, true},
       {"tiny-qwen2 w8a8 nf2 post-RoPE token keys, channel values", tiny_dir(), nf2, std::nullopt, false},
+      // The int8 head (recipe.h HeadSim): one table when tied, two when untied or rotated.
+      {"stories w8a8 head8 tied", model_dir("stories260K"), config("w8a8-head8"), std::nullopt, false},
+      {"tiny-qwen2 w4a8kv4 head8 rotated + prefix", tiny_dir(), config("w4a8kv4-head8", true), std::nullopt, true},
   };
   const auto toks = prompt(kTokens - 3);
   for (const Case& c : cases) {
@@ -184,6 +187,16 @@ TEST(Artifact, RoundTripIsBitExact) {
     EXPECT_EQ(r.at("config_checksum"), checksum(read_file(c.dir + "/config.json")));
     EXPECT_TRUE(r.at("recipe").contains("weights"));
     EXPECT_EQ(r.at("tensors").size(), SafetensorsFile::open(out + "/model.safetensors", true)->tensors().size());
+    const ModelWeights& bw = back.model->weights();
+    EXPECT_EQ(bw.lm_head_impl != nullptr, c.cfg.head.on());
+    EXPECT_EQ(bw.tied(), qm.model->weights().tied());
+    if (c.cfg.head.on()) {  // the tables alone, no fp copy
+      EXPECT_EQ(r.at("fp_dtype"), "int8");
+      EXPECT_TRUE(r.at("tensors").contains("lm_head.codes"));
+      EXPECT_FALSE(r.at("tensors").contains("model.embed_tokens.weight"));
+      EXPECT_FALSE(r.at("tensors").contains("lm_head.weight"));
+      EXPECT_EQ(r.at("tensors").contains("model.embed_tokens.codes"), !bw.tied());
+    }
   }
 }
 

@@ -267,6 +267,8 @@ void expect_packed_matches_sim(const quant::SimModel& sim, const QuantizedModel&
   Forward simf(sim.model, kTokens);
   Forcing forcing;
   forcing.sites.assign(std::begin(kForced), std::end(kForced));
+  // The int8 head's input too: the final norm's output can cross its rounding boundary as well.
+  if (sim.cfg.head.on()) forcing.sites.push_back(Site::HeadIn);
   // Keys coded before RoPE (KVQuant): forced where they are coded, at k_pre_rope (k after RoPE is
   // already decoded in the simulator, still raw in the packed run, which codes it in the store).
   if (sim.cfg.kv.vector() && sim.cfg.kv.key_pre_rope) std::replace(forcing.sites.begin(), forcing.sites.end(), Site::K, Site::KPreRope);
@@ -403,12 +405,53 @@ TEST(QuantizedModel, WeightRulesMatchSimulator) {
 TEST(QuantizedModel, MatchesSimulatorOnSmolLM2) {
   const auto smol = Model::load(testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf");
   const auto toks = prompt(kTokens);
-  quant::Recipe sc;
-  sc.w.bits = 8;
-  sc.a.bits = 8;
-  const quant::SimModel sim = quant::build_sim(smol, sc, {});
-  const QuantizedModel qm = build_quantized(sim);
-  expect_packed_matches_sim(sim, qm, toks, "smollm2 w8a8");
+  for (const char* preset : {"w8a8", "w8a8-head8"}) {  // and its tied 49152 x 576 table in int8
+    SCOPED_TRACE(preset);
+    const quant::SimModel sim = quant::build_sim(smol, quant::Recipe::from_preset(preset), {});
+    const QuantizedModel qm = build_quantized(sim);
+    expect_packed_matches_sim(sim, qm, toks, std::string("smollm2 ") + preset);
+  }
+}
+
+// The int8 head (quant/recipe.h HeadSim): the packed tables hold exactly the simulator's values
+// (an embedding row gathered from the int8 codes = the fake-quantized row, bit for bit), stay tied
+// where the model is, read ~1/4 of the fp32 head's bytes per step, and the packed model = the
+// simulator teacher-forced within kTol (the head's input forced too).
+TEST(QuantizedModel, Int8HeadMatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  struct NamedModel {
+    const char* name;
+    std::shared_ptr<const Model> (*get)();
+  };
+  for (const auto& [mname, get] : {NamedModel{"stories260K", stories}, NamedModel{"tiny-qwen2", tiny}}) {
+    for (bool rotate : {false, true}) {
+      SCOPED_TRACE(fmt::format("{} rotate {}", mname, rotate));
+      quant::Recipe sc = quant::Recipe::from_preset("w4a8-head8");
+      sc.rotate.on = rotate;
+      sc.rotate.seed = 5;
+      const quant::SimModel sim = quant::build_sim(get(), sc, {});
+      const QuantizedModel qm = build_quantized(sim);
+      const ModelWeights& sw = sim.model->weights();
+      const ModelWeights& qw = qm.model->weights();
+      ASSERT_TRUE(qw.lm_head_impl && qw.embed_impl);
+      EXPECT_EQ(qw.tied(), sw.tied());
+      EXPECT_EQ(qw.embed.data, nullptr);  // no fp table kept
+      const int64_t V = sw.embed.rows, H = sw.embed.cols;
+      std::vector<int32_t> ids(static_cast<size_t>(V));
+      for (int64_t i = 0; i < V; ++i) ids[size_t(i)] = int32_t(i);
+      std::vector<float> rows(size_t(V * H));
+      qw.embed_impl->gather_rows(ids, rows.data());
+      ASSERT_EQ(sw.embed.dtype, DType::F32);
+      EXPECT_EQ(std::memcmp(rows.data(), sw.embed.data, rows.size() * sizeof(float)), 0);
+      const int32_t bad = int32_t(V);
+      EXPECT_THAT(error_of([&] { qw.embed_impl->gather_rows(std::span(&bad, 1), rows.data()); }),
+                  ::testing::HasSubstr("outside the table's"));
+      // W8 per row: V·H code bytes + a scale per row (rows padded to 16): ≈ 1/4 of the fp32 head.
+      EXPECT_EQ(int64_t(qw.lm_head_impl->bytes()), (V + 15) / 16 * 16 * (H + 4));
+      EXPECT_LT(qm.model->decode_weight_bytes(), sim.model->decode_weight_bytes());
+      expect_packed_matches_sim(sim, qm, toks, fmt::format("{:<11} w4a8-head8 rot {}", mname, int(rotate)));
+    }
+  }
 }
 
 // The PrefixQuant presets on the real sink model: rotation, the [BOS] KV as a full-precision

@@ -1,4 +1,4 @@
-// sinkq ppl -m DIR -f FILE [--ctx N] [--protocol gptq|bos|prefix] [--max-windows K] [--json] [--kld]
+// sinkq ppl -m DIR -f FILE [--ctx N] [--protocol gptq|bos|prefix|llamacpp] [--max-windows K] [--json] [--kld]
 //           + the quantization / rotation / calibration / prefix flags of cli/quant_flags.h
 //           (--preset, --w-*, --a-*, --kv-*, --rotate*, --calib*, --prefix, --prefix-source, --prefix-eta)
 // The quantization flags build a quant::Recipe (preset first, then each given flag overrides
@@ -48,7 +48,8 @@ void register_ppl(CLI::App& app) {
       ->check(decimal_in(2, INT32_MAX));
   cmd->add_option("--protocol", o->protocol,
                   "gptq: [BOS]+text cut into windows (the papers' protocol; default without a prefix); bos: every "
-                  "window is BOS + ctx-1 text tokens; prefix: the KV prefix before every window (default with --prefix)");
+                  "window is BOS + ctx-1 text tokens; prefix: the KV prefix before every window (default with --prefix); "
+                  "llamacpp: llama-perplexity's chunks (BOS + ctx-1 tokens every ctx, the second half scored)");
   cmd->add_option("--max-windows", o->max_windows, "Score at most K windows (0 = all)")
       ->capture_default_str()
       ->check(decimal_in(0, INT32_MAX));

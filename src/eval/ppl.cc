@@ -14,6 +14,7 @@ const char* ppl_protocol_name(PplProtocol p) {
     case PplProtocol::Gptq: return "gptq";
     case PplProtocol::Bos: return "bos";
     case PplProtocol::Prefix: return "prefix";
+    case PplProtocol::LlamaCpp: return "llamacpp";
   }
   return "?";
 }
@@ -22,7 +23,8 @@ PplProtocol parse_ppl_protocol(const std::string& s) {
   if (s == "gptq") return PplProtocol::Gptq;
   if (s == "bos") return PplProtocol::Bos;
   if (s == "prefix") return PplProtocol::Prefix;
-  fail("unknown perplexity protocol '{}' (--protocol): expected gptq, bos or prefix", s);
+  if (s == "llamacpp") return PplProtocol::LlamaCpp;
+  fail("unknown perplexity protocol '{}' (--protocol): expected gptq, bos, prefix or llamacpp", s);
 }
 
 double logsumexp(const float* logits, int64_t vocab) {
@@ -96,7 +98,9 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
   SINKQ_CHECK(opt.ctx >= 2, "perplexity context must be at least 2 tokens (got {})", opt.ctx);
   std::vector<std::vector<int32_t>> windows;
   const size_t ctx = size_t(opt.ctx);
-  if (opt.protocol == PplProtocol::Gptq || opt.protocol == PplProtocol::Prefix) {
+  // llamacpp without BOS (a tokenizer that adds none, as llama.cpp's vocab says): plain chunks.
+  const bool plain_chunks = opt.protocol == PplProtocol::LlamaCpp && !opt.add_bos;
+  if (opt.protocol == PplProtocol::Gptq || opt.protocol == PplProtocol::Prefix || plain_chunks) {
     std::vector<int32_t> stream;
     stream.reserve(toks.size() + 1);
     if (opt.protocol == PplProtocol::Gptq && opt.add_bos) {
@@ -109,17 +113,23 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
       windows.emplace_back(stream.begin() + long(k * ctx), stream.begin() + long((k + 1) * ctx));
     }
   } else {
-    SINKQ_CHECK(opt.bos_id >= 0, "protocol 'bos' needs a BOS token, and this tokenizer has none");
-    const size_t body = ctx - 1;
-    for (size_t k = 0; (k + 1) * body <= toks.size(); ++k) {
+    SINKQ_CHECK(opt.bos_id >= 0, "protocol '{}' needs a BOS token, and this tokenizer has none",
+                ppl_protocol_name(opt.protocol));
+    // bos: BOS + the next ctx − 1 tokens; llamacpp (a tokenizer that adds BOS): chunk k of
+    // [BOS] + toks (ctx tokens from toks[ctx·k − 1]) with its first token replaced by BOS, i.e.
+    // BOS + toks[ctx·k, ctx·k + ctx − 1).
+    const size_t body = ctx - 1, stride = opt.protocol == PplProtocol::LlamaCpp ? ctx : body;
+    for (size_t k = 0; k * stride + body <= toks.size(); ++k) {
       if (opt.max_windows > 0 && int64_t(k) >= opt.max_windows) break;
       std::vector<int32_t> w{opt.bos_id};
-      w.insert(w.end(), toks.begin() + long(k * body), toks.begin() + long((k + 1) * body));
+      w.insert(w.end(), toks.begin() + long(k * stride), toks.begin() + long(k * stride + body));
       windows.push_back(std::move(w));
     }
   }
   return windows;
 }
+
+int64_t ppl_first_scored(const PplOptions& opt) { return opt.protocol == PplProtocol::LlamaCpp ? opt.ctx / 2 : 0; }
 
 void check_ppl_text(const std::vector<int32_t>& toks, const PplOptions& opt) {
   PplOptions one = opt;
@@ -157,22 +167,23 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
   PplResult r;
   r.has_kld = reference != nullptr;
   double total = 0, total_kld = 0;
+  const size_t first = size_t(ppl_first_scored(opt));
   for (const auto& w : windows) {
     fwd.reset();
     const std::span<const float> logits = fwd.step(w, /*all_logits=*/true);
     double sum = 0;
-    for (size_t p = 0; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
+    for (size_t p = first; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
     SINKQ_CHECK(std::isfinite(sum),
                 "window {}: the NLL is not finite ({}): the model's logits contain NaN or Inf (weights that are NaN / Inf "
                 "or overflow)",
                 r.windows + 1, sum);
-    const int64_t n = int64_t(w.size()) - 1;
+    const int64_t n = int64_t(w.size()) - 1 - int64_t(first);
     if (reference) {
       // fwd's logits live in fwd's own buffer: valid while the reference runs.
       reference->reset();
       const std::span<const float> ref = reference->step(w, /*all_logits=*/true);
       double kl = 0;
-      for (size_t p = 0; p + 1 < w.size(); ++p)
+      for (size_t p = first; p + 1 < w.size(); ++p)
         kl += token_kld(ref.data() + p * size_t(V), logits.data() + p * size_t(V), V);
       total_kld += kl;
       r.window_kld.push_back(kl / double(n));

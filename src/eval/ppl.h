@@ -16,6 +16,13 @@
 //         prefixes (none / [BOS] / outlier tokens; full-precision vs quantized prefix KV, i.e.
 //         IntactKV on/off) score exactly the same targets. Needs a prefix on the Forward (and on
 //         the reference); the other protocols refuse a Forward that has one.
+//   llamacpp llama.cpp's llama-perplexity (tools/perplexity: chunks of n_ctx tokens of [BOS] + toks,
+//         each chunk's first token replaced by BOS, only the second half scored): window k =
+//         [BOS] + toks[ctx·k, ctx·k + ctx − 1) when the tokenizer adds BOS (add_bos), else plain
+//         toks[ctx·k, ctx·(k+1)) as llama.cpp does then; positions ctx/2 .. ctx−2 predict the next
+//         token (ctx − 1 − ctx/2 predictions per window: 255 at ctx 512). The same targets as
+//         `llama-perplexity -c ctx` on the same file and tokenization, so the two engines' figures
+//         compare directly (bench/vs_llamacpp.sh).
 // NLL per prediction = logsumexp(logits) − logits[target], in double. ppl = exp(mean NLL over all
 // scored predictions), natural log.
 // KLD (optional, `reference` forward): KL(p_ref ‖ p) = Σ_v p_ref(v)·(log p_ref(v) − log p(v)) of the
@@ -36,7 +43,7 @@ namespace sinkq {
 
 class Tokenizer;
 
-enum class PplProtocol { Gptq, Bos, Prefix };
+enum class PplProtocol { Gptq, Bos, Prefix, LlamaCpp };
 const char* ppl_protocol_name(PplProtocol p);
 PplProtocol parse_ppl_protocol(const std::string& s);  // throws sinkq::Error naming the value
 
@@ -44,8 +51,9 @@ struct PplOptions {
   int64_t ctx = 0;              // window length in tokens (incl. BOS for the bos protocol)
   PplProtocol protocol = PplProtocol::Gptq;
   int64_t max_windows = 0;      // 0 = all complete windows
-  int bos_id = -1;              // required by bos; used by gptq when add_bos
-  bool add_bos = true;          // gptq: the tokenizer's own BOS once at the start of the text
+  int bos_id = -1;              // required by bos and llamacpp; used by gptq when add_bos
+  bool add_bos = true;          // gptq: the tokenizer's own BOS once at the start of the text;
+                                // llamacpp: BOS at the start of every chunk
   // Called after each window with (done, total, running ppl).
   std::function<void(int64_t, int64_t, double)> progress;
 };
@@ -60,6 +68,8 @@ struct PplResult {
   std::vector<double> window_kld;  // mean KL of each window
 };
 
+// The first position of a window whose prediction is scored (llamacpp: ctx/2; else 0).
+int64_t ppl_first_scored(const PplOptions& opt);
 // The windows a protocol cuts from `toks` (for tests and for listing what is scored).
 std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, const PplOptions& opt);
 // Throws sinkq::Error when `toks` holds no complete window: perplexity() checks it, and a caller

@@ -126,6 +126,44 @@ TEST(Ppl, GptqProtocolWindows) {
   o.max_windows = 1;
   EXPECT_EQ(ppl_windows(toks, o).size(), 1u);
   EXPECT_THROW(parse_ppl_protocol("wiki"), Error);
+  // llamacpp: llama-perplexity's chunk k of [BOS] + toks (8 tokens from toks[8k - 1]) with its first
+  // token replaced by BOS; 20 tokens -> chunks at 0 and 8 (the third would need toks[16..23)).
+  o.protocol = PplProtocol::LlamaCpp;
+  o.max_windows = 0;
+  const auto l = ppl_windows(toks, o);
+  ASSERT_EQ(l.size(), 2u);
+  EXPECT_EQ(l[0], (std::vector<int32_t>{1, 100, 101, 102, 103, 104, 105, 106}));
+  EXPECT_EQ(l[1], (std::vector<int32_t>{1, 108, 109, 110, 111, 112, 113, 114}));
+  EXPECT_EQ(ppl_first_scored(o), 4);
+  EXPECT_EQ(parse_ppl_protocol("llamacpp"), PplProtocol::LlamaCpp);
+  o.add_bos = false;  // a tokenizer without BOS (SmolLM2): llama.cpp's plain chunks of the text
+  const auto plain = ppl_windows(toks, o);
+  ASSERT_EQ(plain.size(), 2u);
+  EXPECT_EQ(plain[1], (std::vector<int32_t>{108, 109, 110, 111, 112, 113, 114, 115}));
+}
+
+// llamacpp scores only each window's second half: its NLL is the mean over positions ctx/2 ..
+// ctx-2 of the same logits the bos-style window gives (exactly: the same forward, the same sums).
+TEST(Ppl, LlamaCppProtocolScoresTheSecondHalf) {
+  const auto model = Model::load(testing::shared_dir() + "/models/stories260K");
+  std::vector<int32_t> toks(70);
+  for (int i = 0; i < 70; ++i) toks[size_t(i)] = 3 + (37 * i) % 500;
+  PplOptions o;
+  o.ctx = 16, o.protocol = PplProtocol::LlamaCpp, o.bos_id = 1;
+  Forward f(model, 16);
+  const PplResult r = perplexity(f, toks, o);
+  ASSERT_EQ(r.windows, 4);  // chunks at 0, 16, 32, 48 (+15 <= 70)
+  EXPECT_EQ(r.tokens_scored, 4 * (16 - 1 - 8));
+  const auto windows = ppl_windows(toks, o);
+  const int64_t V = model->config().vocab_size;
+  for (size_t k = 0; k < windows.size(); ++k) {
+    f.reset();
+    const auto logits = f.step(windows[k], true);
+    double sum = 0;
+    for (size_t p = 8; p + 1 < windows[k].size(); ++p)
+      sum += token_nll(logits.data() + p * size_t(V), V, windows[k][p + 1]);
+    EXPECT_EQ(r.window_nll[k], sum / 7.0) << "window " << k;
+  }
 }
 
 // prefix protocol: the text alone (no BOS: the prefix carries it) cut into ctx windows.

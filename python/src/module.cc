@@ -690,7 +690,7 @@ same options. The pieces continue the prompt's text: prompt + "".join(pieces) re
            R"(Perplexity of a text (or file=PATH) as `sinkq ppl --json` computes it: returns {'ppl', 'mean_nll',
 'tokens_scored', 'windows', 'ctx', 'protocol', 'file_tokens', 'window_nll', 'runtime'} (+ 'kld',
 'window_kld' with kld=True). ctx: window length (default min(2048, max positions - prefix));
-windows: score at most this many (default all); protocol: 'gptq' | 'bos' | 'prefix' (default
+windows: score at most this many (default all); protocol: 'gptq' | 'bos' | 'prefix' | 'llamacpp' (default
 'prefix' with a KV prefix, else 'gptq'); kld: KL divergence to the full-precision source model.)")
       .def("analyze", &python::analyze, py::kw_only(), py::arg("data") = py::none(), py::arg("texts") = py::none(),
            py::arg("samples") = 8, py::arg("len") = py::none(), py::arg("seed") = 0, py::arg("eta") = 64.0,

@@ -146,6 +146,9 @@ TEST(CliQuantize, ErrorsLeaveNothing) {
   expect_error(quantize(out, {"--preset", "w4a16"}), {"weight-only quantization (W4A16"});
   expect_error(quantize(out, {"--preset", "w8a8", "--a-quant", "cross"}), {"CrossQuant activations"});
   expect_error(quantize(out, {"--preset", "w8a8", "--fp-dtype", "f8"}), {"unknown --fp-dtype 'f8'"});
+  expect_error(quantize(out, {"--preset", "w8a8-head8", "--fp-dtype", "f16"}),
+               {"--fp-dtype f16 with --head-bits 8", "no full-precision table"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--head-bits", "4"}), {"--head-bits must be 8"});
   expect_error(quantize(tmp.file("no/such/out"), {"--preset", "w8a8"}), {"parent directory", "does not exist"});
   const RunResult no_out = run({"quantize", "-m", stories(), "--preset", "w8a8"});
   EXPECT_NE(no_out.rc, 0);

@@ -144,6 +144,19 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
   return out;
 }
 
+namespace {
+// m widened to fp32 and fake-quantized under ws (clip: per-(row, group) ratios, or null), owned by w.
+Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const ClipRatios* clip = nullptr) {
+  std::vector<float> buf(size_t(m.rows * m.cols));
+  to_f32(m.dtype, m.data, buf.data(), buf.size());
+  fake_quant_weight(ws, buf.data(), m.rows, m.cols, clip);
+  Mat q = m;
+  q.data = w.own(std::move(buf));
+  q.dtype = DType::F32;
+  return q;
+}
+}  // namespace
+
 std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> base,
                                                    const Recipe& cfg, const ModelClipRatios* clips) {
   SINKQ_ASSERT(base != nullptr);
@@ -170,27 +183,13 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
       // The searched ratios of this matrix (an empty entry: a rule gave it a fixed ratio).
       const ClipRatios* r = clips ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
       if (r && r->r.empty() && !ws.clip_grid) r = nullptr;
-      Mat& m = L.mat(i);
-      std::vector<float> buf(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, buf.data(), buf.size());
-      fake_quant_weight(ws, buf.data(), m.rows, m.cols, r);
-      m.data = w.own(std::move(buf));
-      m.dtype = DType::F32;
+      L.mat(i) = fake_quant_mat(ws, L.mat(i), w, r);
     }
   }
   if (cfg.head.on()) {  // the int8 table: one for both when tied (recipe.h HeadSim)
     const bool tied = src.tied();
-    auto table = [&w, hs = cfg.head.weights()](const Mat& m) {
-      std::vector<float> buf(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, buf.data(), buf.size());
-      fake_quant_weight(hs, buf.data(), m.rows, m.cols);
-      Mat q = m;
-      q.data = w.own(std::move(buf));
-      q.dtype = DType::F32;
-      return q;
-    };
-    w.lm_head = table(src.lm_head);
-    w.embed = tied ? w.lm_head : table(src.embed);
+    w.lm_head = fake_quant_mat(cfg.head.weights(), src.lm_head, w);
+    w.embed = tied ? w.lm_head : fake_quant_mat(cfg.head.weights(), src.embed, w);
   }
   return Model::with_weights(std::move(base), std::move(w));
 }

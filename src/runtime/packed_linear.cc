@@ -313,7 +313,7 @@ size_t PackedLinear::bytes() const {
 
 PackedFormat head_act_format() {
   const quant::QuantSpec s = quant::HeadSim{}.activations();
-  return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic});
+  return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic, .scales = {}});
 }
 
 void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make) {
@@ -362,20 +362,19 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
-  pack_linears(w, [&](int l, int i, const Mat& m) -> std::shared_ptr<const LinearImpl> {
+  // m widened to fp32 and packed under ws (the linears and the int8 head alike).
+  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a,
+                 const quant::Params& sp) -> std::shared_ptr<const LinearImpl> {
     std::vector<float> f32(size_t(m.rows * m.cols));
     to_f32(m.dtype, m.data, f32.data(), f32.size());
+    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, ws, a, sp);
+  };
+  pack_linears(w, [&](int l, int i, const Mat& m) {
     const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
-    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, cfg.weights(l, i, L), act,
-                                                sp ? *sp : quant::Params{});
+    return pack(m, cfg.weights(l, i, L), act, sp ? *sp : quant::Params{});
   });
   if (cfg.head8)
-    pack_head(w, [](const Mat& m) -> std::shared_ptr<const LinearImpl> {
-      std::vector<float> f32(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, f32.data(), f32.size());
-      return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, quant::HeadSim{}.weights(),
-                                                  head_act_format());
-    });
+    pack_head(w, [&](const Mat& m) { return pack(m, quant::HeadSim{}.weights(), head_act_format(), {}); });
   return Model::with_weights(std::move(base), std::move(w));
 }
 

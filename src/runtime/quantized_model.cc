@@ -250,12 +250,15 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
     for (int i = 0; i < kNumLinearRoles; ++i)
       SINKQ_CHECK(!src.layers[size_t(l)].impl_of(i), "build_quantized: layer {} of the simulator's model already runs "
                   "packed linears", l);
-  pack_linears(w, [&](int l, int i, const Mat& m) -> std::shared_ptr<const LinearImpl> {
+  // m (values on the grid of ws: the simulator's) packed exactly, block by block (the linears and
+  // the int8 head alike).
+  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a,
+                 const quant::Params& sp) -> std::shared_ptr<const LinearImpl> {
       std::vector<float> f32(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, f32.data(), f32.size());
       std::vector<PackedLinear::PlanarBlock> blocks;
       std::vector<float> buf;
-      for (const WeightBlock& b : weight_blocks(qm.rt.weights(l, i, L), m.cols, m.name)) {
+      for (const WeightBlock& b : weight_blocks(ws, m.cols, m.name)) {
         const float* x = f32.data();
         if (b.cols != m.cols) {
           buf.resize(size_t(m.rows * b.cols));
@@ -266,9 +269,11 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
         }
         blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
       }
-      const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
-      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), act,
-                                                  sp ? *sp : quant::Params{});
+      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), a, sp);
+  };
+  pack_linears(w, [&](int l, int i, const Mat& m) {
+    const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
+    return pack(m, qm.rt.weights(l, i, L), act, sp ? *sp : quant::Params{});
   });
   for (LayerWeights& lw : w.layers)
     for (int i = 0; i < kNumLinearRoles; ++i) {
@@ -277,13 +282,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       lw.mat(i).dtype = DType::F32;
     }
   if (sim.cfg.head.on())
-    pack_head(w, [](const Mat& m) -> std::shared_ptr<const LinearImpl> {
-      std::vector<float> f32(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, f32.data(), f32.size());
-      std::vector<PackedLinear::PlanarBlock> blocks;
-      blocks.push_back({0, pack_exact(PackedFormat::W8_PerRow, f32.data(), m.rows, m.cols, m.name)});
-      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), head_act_format());
-    });
+    pack_head(w, [&](const Mat& m) { return pack(m, sim.cfg.head.weights(), head_act_format(), {}); });
   qm.model = Model::with_weights(sim.model, std::move(w));
   return qm;
 }

@@ -233,7 +233,11 @@ TEST(CliQuantize, FineTunedArtifactRunsAsSimulated) {
 
 // KVQuant's codebook KV (nuq3 Fisher, 1% outliers, pre-RoPE channel keys) behind W4A8: the
 // artifact carries the levels and ranges, runs on the packed runtime's codebook store, and its
-// ppl equals the simulator's (the same 2e-3 bound as above: packed linears in fp32 order).
+// ppl equals the simulator's within 6e-3 relative. Why not the 2e-3 above: with 3-bit keys an fp32
+// summation-order change flips codes by a whole level, and order alone (the simulator on AVX2 vs
+// on AVX-512) moves this ppl's NLL by 3.0e-3 relative (measured 1.5876 vs 1.5829); the packed path
+// differs from the simulator by such order changes (measured 1.1e-3 on AVX2, 3.0e-3 on AVX-512),
+// so the bound is twice that spread. Dropping the 1% outliers moves it by 2.5e-2, 4x the bound.
 TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
   testing::TempDir tmp;
   const std::string art = tmp.file("nuq");
@@ -252,7 +256,7 @@ TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
   ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
   EXPECT_EQ(packed.at("runtime"), "packed");
   const double nll = sim.at("mean_nll").get<double>();
-  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 6e-3 * nll);
 }
 
 // With the recent int8 window: the recipe carries it, the artifact's store runs it, and the

@@ -2,13 +2,12 @@
 // and the scalar reference ref::hadamard_rows.
 #include "kernels/hadamard_kernels.h"
 
-#include <omp.h>
-
 #include <vector>
 
 #include "core/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
+#include "kernels/team.h"
 
 namespace sinkq {
 namespace {
@@ -37,11 +36,10 @@ void hadamard_rows(float* x, int64_t rows, int64_t pow2, int m, const float* bas
   const double ns = double(rows) * double(n) * (double(m) / 16.0 + double(lg) / 8.0 + 0.5) * 0.25;
   const int nt = rows < 2 ? 1 : detail::threads_for(ns);
   if (nt == 1) return k.hadamard(x, rows, pow2, m, base, scale, pre, post);
-#pragma omp parallel num_threads(nt)
-  {
-    const auto [b, e] = detail::split(rows, omp_get_num_threads(), omp_get_thread_num(), 1);
+  parallel_run(nt, [&](int tid, int nthreads) {
+    const auto [b, e] = detail::split(rows, nthreads, tid, 1);
     if (e > b) k.hadamard(x + b * n, e - b, pow2, m, base, scale, pre, post);
-  }
+  });
 }
 
 namespace ref {

@@ -1,15 +1,13 @@
 // sinkq/kernels/ops.cc — the fast operators: threading, dispatch, and the sgemm path.
 //
 // The serial inner loops live in the per-ISA KernelTables (kernel_table.h); this file splits work
-// over OpenMP threads (num_threads()) and picks the table of active_isa() on every call, so
-// set_isa() / SINKQ_ISA take effect immediately.
+// over threads (num_threads(), through team.h's parallel loops) and picks the table of
+// active_isa() on every call, so set_isa() / SINKQ_ISA take effect immediately.
 //
 // matmul:  small T (<= 64 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
 //          the stored dtype, all T tokens per pass over the weights (decode is bound by weight
 //          bytes); larger T: OpenBLAS sgemm on blocks of output features handed to the threads.
 //          BF16/F16 blocks are widened into a thread-local fp32 scratch first (bounded memory).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,6 +18,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
+#include "kernels/team.h"
 
 namespace sinkq {
 namespace detail {
@@ -35,10 +34,12 @@ const KernelTable& kernels_for(Isa isa) {
 
 const KernelTable& kernels() { return kernels_for(active_isa()); }
 
-// Threads for a job estimated at `ns` nanoseconds on one core: below ~20 us a parallel region
-// (1-2 us of fork/join when the cores are idle, far more when they are shared) is not worth it.
+// Threads for a job estimated at `ns` nanoseconds on one core: below ~20 us an OpenMP region
+// (1-2 us of fork/join when the cores are idle, tens of us when its workers sleep on a futex, as
+// they do under OMP_WAIT_POLICY=passive) is not worth it; inside a step's team (team.h), whose
+// workers spin between loops, the hand-off costs ~1 us and jobs from ~4 us on are split.
 // The estimates below are rough single-core rates on a current x86 core.
-int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
+int threads_for(double ns) { return ns < (in_team() ? 4000.0 : 20000.0) ? 1 : num_threads(); }
 
 // [begin, end) of part `i` of `n` over [0, total), boundaries on multiples of `align`.
 std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align) {
@@ -83,26 +84,22 @@ void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W,
   const int64_t rb = f32 ? 256 : widen_block_rows(in);
   const int64_t nblocks = (out + rb - 1) / rb;
   const int nt = threads_for(double(T) * double(out) * double(in) / 25.0);  // ~50 GFLOP/s
-#pragma omp parallel num_threads(nt)
-  {
-    // Thread-local: lives as long as the OpenMP worker, sized for the largest `in` seen.
+  parallel_for(nt, nblocks, 1, [&](int64_t blk, int64_t) {
+    // Thread-local: lives as long as the worker thread, sized for the largest `in` seen.
     static thread_local std::vector<float> scratch;
     if (!f32 && scratch.size() < size_t(rb * in)) scratch.resize(size_t(rb * in));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t blk = 0; blk < nblocks; ++blk) {
-      const int64_t r0 = blk * rb, nb = std::min(rb, out - r0);
-      const char* src = static_cast<const char*>(W.data) + size_t(r0 * in) * esz;
-      if (f32) {
-        sgemm_rows(x, T, reinterpret_cast<const float*>(src), nb, in, y + r0, out);
-      } else {
-        k.widen(W.dtype, src, scratch.data(), nb * in);
-        sgemm_rows(x, T, scratch.data(), nb, in, y + r0, out);
-      }
-      if (bias)
-        for (int64_t t = 0; t < T; ++t)
-          for (int64_t r = r0; r < r0 + nb; ++r) y[t * out + r] += bias[r];
+    const int64_t r0 = blk * rb, nb = std::min(rb, out - r0);
+    const char* src = static_cast<const char*>(W.data) + size_t(r0 * in) * esz;
+    if (f32) {
+      sgemm_rows(x, T, reinterpret_cast<const float*>(src), nb, in, y + r0, out);
+    } else {
+      k.widen(W.dtype, src, scratch.data(), nb * in);
+      sgemm_rows(x, T, scratch.data(), nb, in, y + r0, out);
     }
-  }
+    if (bias)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = r0; r < r0 + nb; ++r) y[t * out + r] += bias[r];
+  });
 }
 
 // Rows per GEMV work item: ~8 items per thread for balance, 8..256 rows, a multiple of the 8-row
@@ -137,21 +134,22 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
   const int nt = threads_for(double(out) * double(in) * ns_per_weight);
   if (nt == 1) return k.gemv(W.dtype, W.data, in, 0, out, x, T, bias, y, out);
   const int64_t rb = gemv_block_rows(out, nt), nblocks = (out + rb - 1) / rb;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t blk = 0; blk < nblocks; ++blk)
+  parallel_for(nt, nblocks, 1, [&](int64_t blk, int64_t) {
     k.gemv(W.dtype, W.data, in, blk * rb, std::min(out, (blk + 1) * rb), x, T, bias, y, out);
+  });
 }
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
   SINKQ_ASSERT(n > 0);
   const KernelTable& k = detail::kernels();
   const int nt = threads_for(0.15 * double(T) * double(n));
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float var = k.sumsq(x + t * n, n) / float(n);
-    const float r = 1.0f / std::sqrt(var + eps);  // torch.rsqrt in fp32: 1 / sqrt, both rounded
-    k.scale_mul(x + t * n, w, r, y + t * n, n);
-  }
+  parallel_for(nt, T, (T + nt - 1) / nt, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const float var = k.sumsq(x + t * n, n) / float(n);
+      const float r = 1.0f / std::sqrt(var + eps);  // torch.rsqrt in fp32: 1 / sqrt, both rounded
+      k.scale_mul(x + t * n, w, r, y + t * n, n);
+    }
+  });
 }
 
 void embed_rows(const Mat& table, std::span<const int32_t> ids, float* out) {
@@ -172,11 +170,10 @@ void silu_mul(float* g, const float* u, int64_t T, int64_t n) {
   const int64_t total = T * n;
   const int nt = threads_for(0.5 * double(total));
   if (nt == 1) return k.silu_mul(g, u, total);
-#pragma omp parallel num_threads(nt)
-  {
-    const auto [b, e] = split(total, omp_get_num_threads(), omp_get_thread_num(), 64);
+  parallel_run(nt, [&](int tid, int n) {
+    const auto [b, e] = split(total, n, tid, 64);
     if (e > b) k.silu_mul(g + b, u + b, e - b);
-  }
+  });
 }
 
 void softmax(float* x, int64_t n) {
@@ -208,14 +205,12 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
   // Causal rows cost more for later t: dynamic chunks of a few (t, h) pairs balance the threads;
   // consecutive pairs are the heads of one token, which share K/V rows (GQA) while they are in cache.
   const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 32));
-#pragma omp parallel num_threads(nt)
-  {
+  parallel_for(nt, pairs, chunk, [&](int64_t p0, int64_t p1) {
     static thread_local std::vector<float> sc;   // scores of one (t, h): [n keys]
     static thread_local std::vector<float> acc;  // the body segment's weighted sum: [D]
     if (sc.size() < size_t(keys)) sc.resize(size_t(keys));
     if (acc.size() < size_t(D)) acc.resize(size_t(D));
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t p = 0; p < pairs; ++p) {
+    for (int64_t p = p0; p < p1; ++p) {
       const int64_t t = p / H;
       const int h = int(p % H), g = h / group;
       const int64_t hi = P + n_past + t;  // absolute position of this query
@@ -239,7 +234,7 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
       k.weighted_sum(sc.data() + np, V, ldkv, nb, D, inv, acc.data());
       for (int d = 0; d < D; ++d) o[d] += acc[size_t(d)];
     }
-  }
+  });
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -250,14 +245,13 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   constexpr int64_t kRows = 64;
   const int64_t nblocks = (M + kRows - 1) / kRows;
   const int nt = detail::threads_for(double(M) * double(N) * double(K) / 25.0);
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t b = 0; b < nblocks; ++b) {
+  parallel_for(nt, nblocks, 1, [&](int64_t b, int64_t) {
     blas_single_threaded();
     const int64_t r0 = b * kRows, m = std::min(kRows, M - r0);
     const float* a = trans_a ? A + r0 : A + r0 * lda;
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
                 int(N), int(K), alpha, a, int(lda), B, int(ldb), beta, C + r0 * ldc, int(ldc));
-  }
+  });
 }
 
 }  // namespace sinkq

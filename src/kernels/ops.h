@@ -6,11 +6,12 @@
 // T = 64 with AVX-512, 16 with AVX2, 8 scalar) and OpenBLAS sgemm above, chosen at run time
 // (cpu_features.h); all cores through OpenMP.
 //
-// Threading: every op parallelises internally with OpenMP over num_threads() threads (small jobs
-// stay on the calling thread); OpenBLAS is pinned to one thread and driven from the OpenMP
-// threads, so there is one thread pool. Call the ops from one thread at a time (calls from inside
-// an enclosing OpenMP region run single-threaded: nested parallelism is off). Results do not
-// depend on the thread count (each output is computed by one thread in a fixed order).
+// Threading: every op parallelises internally over num_threads() threads (small jobs stay on the
+// calling thread) through team.h's parallel loops: an OpenMP region per loop, or, inside
+// run_in_team() (a decode step), the step's team; OpenBLAS is pinned to one thread and driven from
+// those threads, so there is one thread pool. Call the ops from one thread at a time (calls from
+// inside an enclosing OpenMP region run single-threaded: nested parallelism is off). Results do not
+// depend on the thread count or the team (each output is computed by one thread in a fixed order).
 // Memory: no alignment requirements; per-thread scratch is thread_local and kept (BF16/F16 sgemm:
 // <= ~2 MiB of fp32 rows; attention: n_past + T floats).
 #pragma once

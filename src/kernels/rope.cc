@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/ops.h"
+#include "kernels/team.h"
 
 namespace sinkq {
 
@@ -101,17 +103,15 @@ void rope_apply_cs(const float* cs, int head_dim, float* x, int64_t T, int n_hea
 void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos) {
   SINKQ_ASSERT(int64_t(pos.size()) == T && rt.head_dim > 0 && int(rt.inv_freq.size()) * 2 == rt.head_dim);
   const int D = rt.head_dim, half = D / 2;
-  // cos/sin cost ~40 ns per (token, i) pair: worth both threads from ~16 tokens on (20 us).
-  const int nt = T * half * 40 + T * n_heads * D < 20000 ? 1 : num_threads();
-#pragma omp parallel num_threads(nt)
-  {
+  // cos/sin cost ~40 ns per (token, i) pair: split from ~16 tokens on (20 us; ~3 inside a team).
+  const int nt = detail::threads_for(double(T) * half * 40 + double(T) * n_heads * D);
+  parallel_for(nt, T, (T + nt - 1) / nt, [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(D));  // [cos(half) | sin(half)] of the current token
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       cos_sin(rt, pos[t], cs.data(), cs.data() + half);
       rotate_heads(x + t * n_heads * D, n_heads, D, cs.data(), cs.data() + half);
     }
-  }
+  });
 }
 
 }  // namespace sinkq

@@ -6,11 +6,9 @@
 // decoded once per group; each head's scores, softmax and sums are still its own. The prefix
 // segment's scores / weighted sums and the softmax are the fp32 kernels of the active ISA
 // (kernels/kernel_table.h), so the prefix is computed exactly as the fp32 attention computes it.
-// Threads: OpenMP over the work items when the work is worth it; results do not depend on the
-// thread count.
+// Threads: the work items are a parallel loop (kernels/team.h) when the work is worth it; results
+// do not depend on the thread count.
 #pragma once
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +17,7 @@
 
 #include "kernels/kernel_table.h"
 #include "kernels/ops.h"
+#include "kernels/team.h"
 
 namespace sinkq::lowbit::detail {
 
@@ -42,10 +41,9 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
   const int64_t ldq = (D + 15) / 16 * 16;  // padded q rows
   const double ns = double(pairs) * double(keys) * D * (flops_per_key + 2.0 * group) / 15.0;
-  const int nt = ns < 20000.0 ? 1 : num_threads();
+  const int nt = sinkq::detail::threads_for(ns);
   const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 8));
-#pragma omp parallel num_threads(nt)
-  {
+  parallel_for(nt, pairs, chunk, [&](int64_t p0, int64_t p1) {
     static thread_local std::vector<float> sc;    // scores of the group's heads: [group, keys]
     static thread_local std::vector<float> acc;   // the body segment's weighted sums: [group, D]
     static thread_local std::vector<float> qpad;  // the group's q_body rows, zero-padded: [group, ldq]
@@ -54,8 +52,7 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
     if (acc.size() < size_t(group * D)) acc.resize(size_t(group * D));
     if (qpad.size() < size_t(group * ldq)) qpad.resize(size_t(group * ldq));
     if (inv.size() < size_t(group)) inv.resize(size_t(group));
-#pragma omp for schedule(dynamic, chunk)
-    for (int64_t p = 0; p < pairs; ++p) {
+    for (int64_t p = p0; p < p1; ++p) {
       const int64_t t = p / s.n_kv_heads;
       const int g = int(p % s.n_kv_heads);
       const int64_t hi = P + n_past + t;  // absolute position of this query
@@ -85,7 +82,7 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
         for (int d = 0; d < D; ++d) o[d] += acc[size_t(i * D + d)];
       }
     }
-  }
+  });
 }
 
 }  // namespace sinkq::lowbit::detail

@@ -13,10 +13,12 @@
 #include <cmath>
 #include <cstring>
 
-#include <omp.h>
+#include <mutex>
 
 #include "core/error.h"
+#include "kernels/kernel_table.h"
 #include "kernels/ops.h"
+#include "kernels/team.h"
 #include "lowbit/table.h"
 
 namespace sinkq::lowbit {
@@ -48,9 +50,7 @@ namespace {
 using detail::GemmArgs;
 using detail::LowbitTable;
 
-// Threads for a job estimated at `ns` nanoseconds on one core (as kernels/ops.cc): a parallel
-// region costs microseconds of fork/join, more on a shared machine.
-int threads_for(double ns) { return ns < 20000.0 ? 1 : num_threads(); }
+using sinkq::detail::threads_for;  // kernels/ops.cc's threading policy (team-aware)
 
 // Codes are integers and rne is the quantizer's rounding: refuse another rounding mode.
 void check_rounding_mode() { SINKQ_ASSERT(std::fegetround() == FE_TONEAREST); }
@@ -122,18 +122,17 @@ void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t co
         break;
       }
   } else {
-#pragma omp parallel num_threads(nt)
-    {
+    std::mutex bad_mu;
+    parallel_run(nt, [&](int me, int n) {
       // Contiguous token ranges per thread (as schedule(static)), so each prefetches its own next row.
-      const int64_t n = omp_get_num_threads(), me = omp_get_thread_num();
       const int64_t i0 = tokens * me / n, i1 = tokens * (me + 1) / n;
       for (int64_t i = i0; i < i1; ++i)
         if (!token(i, i1)) {
-#pragma omp critical(sinkq_lowbit_bad)
+          std::lock_guard<std::mutex> lock(bad_mu);
           bad = std::min(bad, i);
           break;
         }
-    }
+    });
   }
   if (bad < tokens) {
     const float* row = x + bad * cols;
@@ -166,9 +165,9 @@ void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t col
     for (int64_t i = 0; i < tokens; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
     return;
   }
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t i = 0; i < tokens; ++i)
-    k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
+  parallel_for(nt, tokens, (tokens + nt - 1) / nt, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
+  });
 }
 
 // ---- repack -------------------------------------------------------------------------------
@@ -244,8 +243,9 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
   int32_t* const sums = xsum.data();
   uint8_t* const tails = xtail.data();
   const int8_t* codes = a4 ? widened : reinterpret_cast<const int8_t*>(x.codes.data());
-#pragma omp parallel for num_threads(threads_for(double(T) * double(K) * (a4 ? 1.0 : 0.25))) schedule(static)
-  for (int64_t i = 0; i < T; ++i) {
+  const int nt_pro = threads_for(double(T) * double(K) * (a4 ? 1.0 : 0.25));
+  parallel_for(nt_pro, T, (T + nt_pro - 1) / nt_pro, [&](int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
     if (a4) {
       const uint8_t* src = x.codes.data() + i * row_bytes(xt, K);
       for (int64_t j = 0; j < K; ++j) widened[i * K + j] = lowbit::detail::nibble_code(src[j / 2], j % 2 == 1);
@@ -258,6 +258,7 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
     }
     if (rem) std::memcpy(tails + i * 8, codes + i * K + full * step, size_t(rem));
   }
+  });
 
   GemmArgs a;
   a.w4 = wt.bits == 4;
@@ -291,8 +292,7 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
   int64_t per = nb / (int64_t(nt) * 8);
   per = std::clamp<int64_t>(per / 4 * 4, 4, 16);
   const int64_t items = (nb + per - 1) / per;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t it = 0; it < items; ++it) k.gemm(a, it * per, std::min(nb, (it + 1) * per));
+  parallel_for(nt, items, 1, [&](int64_t it, int64_t) { k.gemm(a, it * per, std::min(nb, (it + 1) * per)); });
 }
 
 // ---- reference ----------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/mmap.h"
+#include "kernels/team.h"
 
 namespace sinkq {
 
@@ -50,6 +51,12 @@ void fill_uniform(void* dst, DType dtype, int64_t n, float a, uint64_t seed) {
     }
   }
 }
+
+// Steps of at most this many rows (decode, batched decode, short prompts) run in one thread team
+// (kernels/team.h): their ~10 parallel loops per layer are each 5-100 us, where an OpenMP region
+// per loop costs as much as the loop. Longer chunks keep a region per loop: their loops are
+// milliseconds long and the per-region cost is below 1%.
+constexpr int64_t kTeamMaxRows = 16;
 
 // x[i] += y[i]: the residual connection.
 inline void add_inplace(float* x, const float* y, int64_t n) {
@@ -322,14 +329,18 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
     pos_[size_t(t)] = int32_t(n_past() + t);
     ids_[size_t(t)] = tokens[size_t(t)];
   }
-  embed_ids(w, tokens, x_.data());
-  for (int l = 0; l < c.num_layers; ++l) layer(l, T);
-  advance(T);
-  if (!logits_out) return;
-  // Final norm and LM head only for the rows whose logits are wanted.
-  const int64_t first = all_logits ? 0 : T - 1;
-  const Part self{this, 0, T - first};
-  head(x_.data() + first * H, std::span(&self, 1), first, xn_.data(), logits_out);
+  auto body = [&] {
+    embed_ids(w, tokens, x_.data());
+    for (int l = 0; l < c.num_layers; ++l) layer(l, T);
+    advance(T);
+    if (!logits_out) return;
+    // Final norm and LM head only for the rows whose logits are wanted.
+    const int64_t first = all_logits ? 0 : T - 1;
+    const Part self{this, 0, T - first};
+    head(x_.data() + first * H, std::span(&self, 1), first, xn_.data(), logits_out);
+  };
+  if (T <= kTeamMaxRows) run_in_team(0, body);
+  else body();
 }
 
 // Embedding rows: the int8 table's (embed_impl) or the fp matrix's.
@@ -483,11 +494,15 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
   v_scratch.resize(size_t(B * c.kv_dim()));
   std::vector<Part> parts(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
-  embed_ids(w, tokens, ws.x_.data());
-  for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
-  for (Forward* f : seqs) f->advance(1);
   logits.resize(size_t(B * V));
-  head(ws.x_.data(), parts, 0, ws.xn_.data(), logits.data());
+  auto body = [&] {
+    embed_ids(w, tokens, ws.x_.data());
+    for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
+    for (Forward* f : seqs) f->advance(1);
+    head(ws.x_.data(), parts, 0, ws.xn_.data(), logits.data());
+  };
+  if (B <= kTeamMaxRows) run_in_team(0, body);
+  else body();
   for (int64_t b = 0; b < B; ++b)
     seqs[size_t(b)]->logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
 }

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "kernels/team.h"
+#include "runtime/packed_kv.h"
 #include "quant/sim.h"
 #include "runtime/forcing.h"
 #include "runtime/runtime_models.h"
@@ -206,6 +208,47 @@ TEST(Runtime, IndependentOfThreadCount) {
     EXPECT_TRUE(bit_equal(logits_of(f, toks), one));
     set_num_threads(threads0);
   }
+}
+
+// A decode step runs its parallel loops in one thread team (kernels/team.h); each loop's items are
+// computed the same whichever thread runs them, so the team changes no bit of any logit row: fp32
+// and packed linears, the fp32 cache and the packed KV4 store, with an fp32 prefix in front.
+TEST(Runtime, DecodeInTeamIsBitIdentical) {
+  const int threads0 = num_threads();
+  set_num_threads(2);
+  const auto toks = prompt(kTokens);
+  auto decode = [&](Forward& f) {  // a prefill of half the prompt, then one token per step
+    f.reset();
+    const size_t half = toks.size() / 2;
+    const auto p = f.step(std::span(toks).first(half), false);
+    std::vector<float> rows(p.begin(), p.end());
+    for (size_t i = half; i < toks.size(); ++i) {
+      const auto l = f.step(std::span(toks).subspan(i, 1), false);
+      rows.insert(rows.end(), l.begin(), l.end());
+    }
+    return rows;
+  };
+  std::vector<std::pair<std::string, std::shared_ptr<const Model>>> models = {{"fp32", mixtext()}};
+  for (const Scheme& s : {kSchemes[1], kSchemes[3], kSchemes[5]})
+    models.emplace_back(s.name, pack_model(mixtext(), runtime_config(s)));
+  const auto prefix = KvPrefix::compute(mixtext(), {1, 13});
+  for (const auto& [name, m] : models)
+    for (const bool kv4 : {false, true}) {
+      SCOPED_TRACE(name + (kv4 ? " kv4" : ""));
+      Forward f(m, kTokens);
+      if (kv4) {
+        KvScheme s;
+        s.bits = 4;
+        attach_packed_kv(f, s);
+        f.set_prefix(prefix);
+      }
+      set_team_enabled(false);
+      const auto off = decode(f);
+      set_team_enabled(true);
+      const auto on = decode(f);
+      EXPECT_TRUE(bit_equal(on, off));
+    }
+  set_num_threads(threads0);
 }
 
 TEST(Runtime, PackedLinearsAndDescriptions) {

@@ -1,0 +1,196 @@
+// sinkq/kernels/team.cc — run_in_team() and the team's hand-off (team.h says why).
+//
+// The hand-off: the caller (tid 0) publishes the loop (function, context, thread count), bumps
+// `gen`, runs its own share, then waits until `pending` (the workers not yet done) reaches 0.
+// Each worker waits for `gen` to change, runs its share (or nothing when its tid is past the
+// loop's thread count) and decrements `pending`. Waiting = spinning (pause rounds with a
+// sched_yield between them) for up to SINKQ_SPIN_US, then sleeping in std::atomic::wait (a futex); a waker calls notify only when
+// someone sleeps (the `sleepers` / `caller_sleeps` counters, all seq_cst, so a sleeper either sees
+// the new value before it sleeps or is counted before the waker looks).
+#include "kernels/team.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace sinkq {
+namespace {
+
+struct Team {
+  int size = 1;
+  std::atomic<uint32_t> gen{0};      // loops published so far
+  std::atomic<uint32_t> pending{0};  // workers still on the current loop
+  std::atomic<int> sleepers{0};      // workers asleep on gen
+  std::atomic<int> caller_sleeps{0};
+  // The current loop (written by the caller before gen is bumped, read by workers after).
+  detail::TeamFn fn = nullptr;
+  void* ctx = nullptr;
+  int n = 0;
+  bool stop = false;
+  bool busy = false;  // a loop is in flight (the caller's own share is running)
+  std::mutex err_mu;
+  std::exception_ptr err;  // the first exception of the current loop
+};
+
+thread_local Team* tl_team = nullptr;
+
+std::atomic<int> g_team_on{-1};  // -1: not read from SINKQ_TEAM yet  // the team this thread owns while run_in_team's body runs
+
+int64_t spin_ns() {
+  static const int64_t ns = [] {
+    const char* env = std::getenv("SINKQ_SPIN_US");
+    if (!env || !*env) return int64_t(50'000);
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    SINKQ_CHECK(end && *end == '\0' && v >= 0 && v <= 1'000'000,
+                "SINKQ_SPIN_US='{}': expected microseconds in [0, 1000000]", env);
+    return int64_t(v) * 1000;
+  }();
+  return ns;
+}
+
+// Spins until ready() or spin_ns() have passed; returns ready().
+template <class Ready>
+bool spin_until(Ready&& ready) {
+  if (ready()) return true;
+  const int64_t budget = spin_ns();
+  if (budget == 0) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      _mm_pause();
+      if (ready()) return true;
+    }
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::nanoseconds(budget)) return ready();
+    // Between pause rounds (~1-2 us each) give the core away when another thread wants it: on an
+    // oversubscribed machine the thread being waited for may be the one that needs this core.
+    // Beside one busy process, 2 threads decoded SmolLM2 at 0.61x the per-loop OpenMP regions
+    // without this and 1.00x with it; idle it costs ~10% of the team's gain (bench/decode_team.sh).
+    sched_yield();
+  }
+}
+
+void run_share(Team& t, int tid) {
+  if (tid >= t.n) return;
+  try {
+    t.fn(t.ctx, tid, t.n);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(t.err_mu);
+    if (!t.err) t.err = std::current_exception();
+  }
+}
+
+void worker(Team& t, int tid) {
+  uint32_t seen = 0;
+  for (;;) {
+    if (!spin_until([&] { return t.gen.load(std::memory_order_acquire) != seen; })) {
+      t.sleepers.fetch_add(1);
+      for (uint32_t g = t.gen.load(); g == seen; g = t.gen.load()) t.gen.wait(g);
+      t.sleepers.fetch_sub(1);
+    }
+    seen = t.gen.load(std::memory_order_acquire);
+    if (t.stop) return;
+    run_share(t, tid);
+    if (t.pending.fetch_sub(1) == 1 && t.caller_sleeps.load() > 0) t.pending.notify_one();
+  }
+}
+
+// Publishes a loop (or the stop) to the workers, runs tid 0's share, waits for the workers.
+void hand_off(Team& t, detail::TeamFn fn, void* ctx, int n, bool stop) {
+  t.fn = fn;
+  t.ctx = ctx;
+  t.n = n;
+  t.stop = stop;
+  t.pending.store(uint32_t(stop ? 0 : t.size - 1));
+  t.gen.fetch_add(1);
+  if (t.sleepers.load() > 0) t.gen.notify_all();
+  if (stop) return;
+  t.busy = true;
+  run_share(t, 0);
+  t.busy = false;
+  if (!spin_until([&] { return t.pending.load(std::memory_order_acquire) == 0; })) {
+    t.caller_sleeps.fetch_add(1);
+    for (uint32_t p = t.pending.load(); p != 0; p = t.pending.load()) t.pending.wait(p);
+    t.caller_sleeps.fetch_sub(1);
+  }
+  if (t.err) {
+    std::exception_ptr e = std::exchange(t.err, nullptr);
+    std::rethrow_exception(e);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+
+bool in_team() { return tl_team != nullptr; }
+
+bool team_dispatch(int nt, TeamFn fn, void* ctx) {
+  Team* t = tl_team;
+  if (!t) return false;
+  const int n = std::min(nt, t->size);
+  // A loop inside the caller's share of another loop runs on the caller alone (the workers are
+  // busy with the outer one), as a nested OpenMP region would.
+  if (n <= 1 || t->busy) {
+    fn(ctx, 0, 1);
+    return true;
+  }
+  hand_off(*t, fn, ctx, n, false);
+  return true;
+}
+
+}  // namespace detail
+
+void set_team_enabled(bool on) { g_team_on.store(on ? 1 : 0); }
+
+bool team_enabled() {
+  int on = g_team_on.load();
+  if (on < 0) {
+    const char* env = std::getenv("SINKQ_TEAM");
+    const std::string v = env ? env : "";
+    SINKQ_CHECK(v.empty() || v == "0" || v == "1", "SINKQ_TEAM='{}': expected 0 (off) or 1 (on)", v);
+    int expected = -1;
+    g_team_on.compare_exchange_strong(expected, v == "0" ? 0 : 1);  // a concurrent set_team_enabled() wins
+    on = g_team_on.load();
+  }
+  return on == 1;
+}
+
+void run_in_team(int nt, void (*body)(void*), void* ctx) {
+  if (nt == 0) nt = num_threads();
+  if (nt <= 1 || tl_team || omp_in_parallel() || !team_enabled()) {
+    body(ctx);
+    return;
+  }
+  Team team;
+  std::exception_ptr err;
+#pragma omp parallel num_threads(nt)
+  {
+    // Only the caller reads team.size and tl_team; the workers only wait for a loop.
+    if (omp_get_thread_num() == 0) {
+      team.size = omp_get_num_threads();
+      tl_team = &team;
+      try {
+        body(ctx);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      tl_team = nullptr;
+      hand_off(team, nullptr, nullptr, 0, true);
+    } else {
+      worker(team, omp_get_thread_num());
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+}  // namespace sinkq

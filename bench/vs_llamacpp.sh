@@ -17,7 +17,8 @@
 #    `-p 512 -n 64 -d 0,512` (pp512 at depth 0, and tg64 at depth 512), `sinkq bench --prefill 512 --decode 64`
 #    (decode after its 512-token prefill). Pairs: F32 ↔ fp32, Q8_0 ↔ W8A8 and W8A8 + int8 head,
 #    Q4_0 ↔ W4A8 (per output channel), W4A8 + int8 head and W4A8 g32 + int8 head (Q4_0's own
-#    granularity: blocks of 32 with one scale; llama-quantize keeps the tied table in Q8_0). Medians over the rounds; ratios sinkq ÷ llama.cpp.
+#    granularity: blocks of 32 with one scale; llama-quantize keeps the tied table in Q8_0); and
+#    the +int8 head rows with sinkq's int8 KV cache (kv8: llama.cpp's default KV is f16, sinkq's fp32). Medians over the rounds; ratios sinkq ÷ llama.cpp.
 # 4. Perplexity on the same targets: `llama-perplexity -c 512 --chunks $CHUNKS` and `sinkq ppl
 #    --protocol llamacpp --ctx 512 --max-windows $CHUNKS` (eval/ppl.h: llama-perplexity's chunks,
 #    the second half of each scored), WikiText-2 test, same tokenizer.
@@ -84,7 +85,7 @@ for r in $(seq 1 "$REPS"); do
         >"$OUT/llama-$t-t$th-r$r.json" 2>"$OUT/llama-$t-t$th-r$r.err"
     done
     log "round $r/$REPS, $th thread(s): sinkq bench"
-    "$SINKQ" bench -m "$GGUF" --quant fp32,w8a8,w8a8-head8,w4a8,w4a8-head8,w4a8-g32-head8 --prefill 512 --decode 64 --reps 1 \
+    "$SINKQ" bench -m "$GGUF" --quant fp32,w8a8,w8a8-head8,w8a8kv8-head8,w4a8,w4a8-head8,w4a8kv8-head8,w4a8-g32-head8 --prefill 512 --decode 64 --reps 1 \
       --threads "$th" --no-profile --no-hook-probe --json >"$OUT/sinkq-t$th-r$r.json" 2>"$OUT/sinkq-t$th-r$r.err"
   done
 done
@@ -95,7 +96,7 @@ for t in F32 Q8_0 Q4_0; do
   "$LBIN/llama-perplexity" -m "$SCRATCH/smollm2-$t.gguf" -f "$WIKITEXT" -c 512 --chunks "$CHUNKS" -t "$JOBS" \
     >"$OUT/ppl-llama-$t.out" 2>&1
 done
-for q in fp16 w8a8 w8a8-head8 w4a8 w4a8-head8 w4a8-g32-head8; do
+for q in fp16 w8a8 w8a8-head8 w8a8kv8-head8 w4a8 w4a8-head8 w4a8kv8-head8 w4a8-g32-head8; do
   log "sinkq ppl $q (--protocol llamacpp, $CHUNKS windows)"
   "$SINKQ" ppl -m "$GGUF" -f "$WIKITEXT" --ctx 512 --protocol llamacpp --max-windows "$CHUNKS" --preset "$q" \
     --json >"$OUT/ppl-sinkq-$q.json" 2>/dev/null
@@ -113,8 +114,8 @@ print(f"llama.cpp: llama-cpp-python {lcpp} sdist ({commit or 'vendored'}); sinkq
       f"lowbit {first['lowbit_isa']}, read-bandwidth probe {first['measured_read_gbs']:.1f} GB/s; medians of {reps} "
       f"interleaved rounds")
 print()
-pairs = [("F32", "fp32"), ("Q8_0", "w8a8"), ("Q8_0", "w8a8-head8"), ("Q4_0", "w4a8"), ("Q4_0", "w4a8-head8"),
-         ("Q4_0", "w4a8-g32-head8")]
+pairs = [("F32", "fp32"), ("Q8_0", "w8a8"), ("Q8_0", "w8a8-head8"), ("Q8_0", "w8a8kv8-head8"), ("Q4_0", "w4a8"),
+         ("Q4_0", "w4a8-head8"), ("Q4_0", "w4a8kv8-head8"), ("Q4_0", "w4a8-g32-head8")]
 msize = {t: load(f"llama-{t}-t{threads[0]}-r1.json")[0].get("model_size", 0) / 1e6 for t in ("F32", "Q8_0", "Q4_0")}
 wbytes = {c["name"]: c["decode_weight_bytes"] / 1e6 for c in first["configs"]}
 wbytes["fp32"] = first["decode_weight_bytes"] / 1e6
@@ -142,8 +143,8 @@ def lppl(t):
     txt = open(os.path.join(out, f"ppl-llama-{t}.out")).read()
     m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", txt)
     return f"{float(m.group(1)):.4f} ± {float(m.group(2)):.4f}" if m else "?"
-for lt, sq in [("F32", "fp16"), ("Q8_0", "w8a8"), ("Q8_0", "w8a8-head8"), ("Q4_0", "w4a8"), ("Q4_0", "w4a8-head8"),
-               ("Q4_0", "w4a8-g32-head8")]:
+for lt, sq in [("F32", "fp16"), ("Q8_0", "w8a8"), ("Q8_0", "w8a8-head8"), ("Q8_0", "w8a8kv8-head8"), ("Q4_0", "w4a8"),
+               ("Q4_0", "w4a8-head8"), ("Q4_0", "w4a8kv8-head8"), ("Q4_0", "w4a8-g32-head8")]:
     s = load(f"ppl-sinkq-{sq}.json")
     n = s.get("tokens_scored", 0)
     print(f"| {lt} / {sq} | {lppl(lt)} | {s['ppl']:.4f} ({s['windows']} windows, {n} targets) |")

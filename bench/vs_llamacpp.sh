@@ -26,7 +26,9 @@
 #    read-bandwidth probe of sinkq bench's first run.
 # Environment: LCPP (0.3.36), SCRATCH (/tmp/sinkq-vs-llamacpp), OUT ($SCRATCH/out), REPS (3),
 # THREADS ("1 2"), CHUNKS (16), GGUF, WIKITEXT, SINKQ (build/src/cli/sinkq), JOBS (nproc),
-# BUILD_ONLY (1: stop after steps 1-2).
+# BUILD_ONLY (1: stop after steps 1-2), ISA (native | avx2: on an AVX-512 host, both engines as an
+# AVX2-only host runs them — llama.cpp built with GGML_NATIVE=OFF and AVX/AVX2/FMA/F16C only, into
+# its own build directory, and sinkq with SINKQ_ISA=avx2 OPENBLAS_CORETYPE=Haswell).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
@@ -40,6 +42,13 @@ GGUF="${GGUF:-$ROOT/../shared/models/smollm2-135m-instruct-q4_1/model.gguf}"
 WIKITEXT="${WIKITEXT:-$ROOT/../shared/data/wikitext-2/wikitext2_test_joined.txt}"
 SINKQ="${SINKQ:-$ROOT/build/src/cli/sinkq}"
 JOBS="${JOBS:-$(nproc)}"
+ISA="${ISA:-native}"
+case "$ISA" in
+  native) CPU_FLAGS=(-DGGML_NATIVE=ON); SUFFIX="" ;;
+  avx2) CPU_FLAGS=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF)
+        SUFFIX="-avx2"; export SINKQ_ISA=avx2 OPENBLAS_CORETYPE=Haswell ;;
+  *) echo "vs_llamacpp: ISA='$ISA': expected native or avx2" >&2; exit 1 ;;
+esac
 log() { echo "vs_llamacpp: $*" >&2; }
 
 [ -x "$SINKQ" ] || { echo "vs_llamacpp: $SINKQ not found: run bash scripts/build.sh first" >&2; exit 1; }
@@ -49,7 +58,7 @@ mkdir -p "$SCRATCH" "$OUT"
 
 # ---- 1. llama.cpp -----------------------------------------------------------------------------
 SRC="$SCRATCH/llama_cpp_python-$LCPP/vendor/llama.cpp"
-BUILD="$SCRATCH/build-$LCPP"
+BUILD="$SCRATCH/build-$LCPP$SUFFIX"
 if [ ! -x "$BUILD/bin/llama-bench" ] || [ ! -x "$BUILD/bin/llama-quantize" ] || [ ! -x "$BUILD/bin/llama-perplexity" ]; then
   if [ ! -d "$SRC" ]; then
     log "downloading the llama-cpp-python $LCPP sdist"
@@ -58,7 +67,7 @@ if [ ! -x "$BUILD/bin/llama-bench" ] || [ ! -x "$BUILD/bin/llama-quantize" ] || 
   fi
   [ -f "$SRC/CMakeLists.txt" ] || { echo "vs_llamacpp: no vendored llama.cpp in the sdist ($SRC)" >&2; exit 1; }
   log "building llama.cpp ($SRC) into $BUILD with $JOBS jobs"
-  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+  cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${CPU_FLAGS[@]}" -DLLAMA_CURL=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_CUDA=OFF >"$OUT/cmake.log"
   cmake --build "$BUILD" -j "$JOBS" --target llama-bench llama-quantize llama-perplexity >"$OUT/build.log"
 fi

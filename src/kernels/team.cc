@@ -41,9 +41,9 @@ struct Team {
   std::exception_ptr err;  // the first exception of the current loop
 };
 
-thread_local Team* tl_team = nullptr;
+thread_local Team* tl_team = nullptr;  // the team this thread owns while run_in_team's body runs
 
-std::atomic<int> g_team_on{-1};  // -1: not read from SINKQ_TEAM yet  // the team this thread owns while run_in_team's body runs
+std::atomic<int> g_team_on{-1};  // -1: not read from SINKQ_TEAM yet
 
 int64_t spin_ns() {
   static const int64_t ns = [] {
@@ -171,6 +171,7 @@ void run_in_team(int nt, void (*body)(void*), void* ctx) {
     body(ctx);
     return;
   }
+  spin_ns();  // reads and checks SINKQ_SPIN_US here, where an error can reach the caller
   Team team;
   std::exception_ptr err;
 #pragma omp parallel num_threads(nt)

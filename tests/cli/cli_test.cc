@@ -210,6 +210,35 @@ TEST(CliErrors, BadFlagValues) {
   EXPECT_NE(h.out.find("--ctx"), std::string::npos);
 }
 
+// The step team's environment (kernels/team.h): a bad SINKQ_TEAM / SINKQ_SPIN_US is an error
+// naming the variable when the first decode step reads it (on the calling thread, never inside a
+// worker: no crash); SINKQ_TEAM=0 and SINKQ_SPIN_US=0 generate the same text as the default.
+TEST(CliErrors, TeamEnvironment) {
+  const std::vector<std::string> gen{"generate", "-m", stories(), "-p", "Once upon a time", "-n", "12", "--temp", "0",
+                                     "--threads", "2"};
+  const RunResult base = run(gen);
+  ASSERT_EQ(base.rc, 0) << base.err;
+  struct Case {
+    const char* var;
+    const char* value;
+    bool ok;
+  };
+  for (const Case& c : {Case{"SINKQ_TEAM", "2", false}, Case{"SINKQ_SPIN_US", "-5", false},
+                        Case{"SINKQ_SPIN_US", "10ms", false}, Case{"SINKQ_TEAM", "0", true},
+                        Case{"SINKQ_SPIN_US", "0", true}}) {
+    SCOPED_TRACE(std::string(c.var) + "=" + c.value);
+    ::setenv(c.var, c.value, 1);
+    const RunResult r = run(gen);
+    ::unsetenv(c.var);
+    if (c.ok) {
+      EXPECT_EQ(r.rc, 0) << r.err;
+      EXPECT_EQ(r.out, base.out);
+    } else {
+      expect_error(r, {"sinkq: error:", c.var});
+    }
+  }
+}
+
 TEST(Cli, PplQuantPresetJsonHasConfigAndKld) {
   const RunResult r = run({"ppl", "-m", stories(), "-f", testing::shared_dir() + "/golden/stories260K/tinystories_sample.txt",
                            "--ctx", "256", "--max-windows", "2", "--preset", "w8a8kv8", "--kv-gran", "token", "--kld", "--json"});

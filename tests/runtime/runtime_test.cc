@@ -212,7 +212,9 @@ TEST(Runtime, IndependentOfThreadCount) {
 
 // A decode step runs its parallel loops in one thread team (kernels/team.h); each loop's items are
 // computed the same whichever thread runs them, so the team changes no bit of any logit row: fp32
-// and packed linears, the fp32 cache and the packed KV4 store, with an fp32 prefix in front.
+// and packed linears, the fp32 cache and the packed KV4 store, with an fp32 prefix in front. On
+// mixtext most packed loops are below the split threshold; SmolLM2's are not (q_proj alone is
+// ~16 us of W8 bytes), so the team's hand-off runs under every kind of loop.
 TEST(Runtime, DecodeInTeamIsBitIdentical) {
   const int threads0 = num_threads();
   set_num_threads(2);
@@ -231,7 +233,9 @@ TEST(Runtime, DecodeInTeamIsBitIdentical) {
   std::vector<std::pair<std::string, std::shared_ptr<const Model>>> models = {{"fp32", mixtext()}};
   for (const Scheme& s : {kSchemes[1], kSchemes[3], kSchemes[5]})
     models.emplace_back(s.name, pack_model(mixtext(), runtime_config(s)));
-  const auto prefix = KvPrefix::compute(mixtext(), {1, 13});
+  const auto smol = Model::load(testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf");
+  for (const Scheme& s : {kSchemes[0], kSchemes[1]})
+    models.emplace_back(std::string("smollm2 ") + s.name, pack_model(smol, runtime_config(s)));
   for (const auto& [name, m] : models)
     for (const bool kv4 : {false, true}) {
       SCOPED_TRACE(name + (kv4 ? " kv4" : ""));
@@ -240,7 +244,7 @@ TEST(Runtime, DecodeInTeamIsBitIdentical) {
         KvScheme s;
         s.bits = 4;
         attach_packed_kv(f, s);
-        f.set_prefix(prefix);
+        f.set_prefix(KvPrefix::compute(m, {1, 13}));
       }
       set_team_enabled(false);
       const auto off = decode(f);

@@ -36,10 +36,8 @@ void hadamard_rows(float* x, int64_t rows, int64_t pow2, int m, const float* bas
   const double ns = double(rows) * double(n) * (double(m) / 16.0 + double(lg) / 8.0 + 0.5) * 0.25;
   const int nt = rows < 2 ? 1 : detail::threads_for(ns);
   if (nt == 1) return k.hadamard(x, rows, pow2, m, base, scale, pre, post);
-  parallel_run(nt, [&](int tid, int nthreads) {
-    const auto [b, e] = detail::split(rows, nthreads, tid, 1);
-    if (e > b) k.hadamard(x + b * n, e - b, pow2, m, base, scale, pre, post);
-  });
+  parallel_ranges(nt, rows, 1,
+                  [&](int64_t b, int64_t e) { k.hadamard(x + b * n, e - b, pow2, m, base, scale, pre, post); });
 }
 
 namespace ref {

@@ -52,10 +52,9 @@ struct KernelTable {
   int64_t gemv_max_t;
 };
 
-// Threads for a job estimated at `ns` nanoseconds on one core (1 below ~20 us), and part `i` of
-// `n` of [0, total) with boundaries on multiples of `align`: the dispatchers' threading policy.
+// Threads for a job estimated at `ns` nanoseconds on one core (1 below ~20 us; ~4 us inside a
+// step's team, team.h): the dispatchers' threading policy.
 int threads_for(double ns);
-std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align);
 
 const KernelTable& kernels_scalar();
 const KernelTable& kernels_avx2();

@@ -41,20 +41,11 @@ const KernelTable& kernels() { return kernels_for(active_isa()); }
 // The estimates below are rough single-core rates on a current x86 core.
 int threads_for(double ns) { return ns < (in_team() ? 4000.0 : 20000.0) ? 1 : num_threads(); }
 
-// [begin, end) of part `i` of `n` over [0, total), boundaries on multiples of `align`.
-std::pair<int64_t, int64_t> split(int64_t total, int n, int i, int64_t align) {
-  int64_t per = (total + n - 1) / n;
-  per = (per + align - 1) / align * align;
-  const int64_t b = std::min(total, per * i), e = std::min(total, b + per);
-  return {b, e};
-}
-
 }  // namespace detail
 
 namespace {
 
 using detail::KernelTable;
-using detail::split;
 using detail::threads_for;
 
 // Rows per widening block of the BF16/F16 sgemm path: ~2 MiB of fp32 scratch per thread (large
@@ -143,7 +134,7 @@ void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, flo
   SINKQ_ASSERT(n > 0);
   const KernelTable& k = detail::kernels();
   const int nt = threads_for(0.15 * double(T) * double(n));
-  parallel_for(nt, T, (T + nt - 1) / nt, [&](int64_t t0, int64_t t1) {
+  parallel_ranges(nt, T, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const float var = k.sumsq(x + t * n, n) / float(n);
       const float r = 1.0f / std::sqrt(var + eps);  // torch.rsqrt in fp32: 1 / sqrt, both rounded
@@ -170,10 +161,7 @@ void silu_mul(float* g, const float* u, int64_t T, int64_t n) {
   const int64_t total = T * n;
   const int nt = threads_for(0.5 * double(total));
   if (nt == 1) return k.silu_mul(g, u, total);
-  parallel_run(nt, [&](int tid, int n) {
-    const auto [b, e] = split(total, n, tid, 64);
-    if (e > b) k.silu_mul(g + b, u + b, e - b);
-  });
+  parallel_ranges(nt, total, 64, [&](int64_t b, int64_t e) { k.silu_mul(g + b, u + b, e - b); });
 }
 
 void softmax(float* x, int64_t n) {

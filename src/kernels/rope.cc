@@ -105,7 +105,7 @@ void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span
   const int D = rt.head_dim, half = D / 2;
   // cos/sin cost ~40 ns per (token, i) pair: split from ~16 tokens on (20 us; ~3 inside a team).
   const int nt = detail::threads_for(double(T) * half * 40 + double(T) * n_heads * D);
-  parallel_for(nt, T, (T + nt - 1) / nt, [&](int64_t t0, int64_t t1) {
+  parallel_ranges(nt, T, 1, [&](int64_t t0, int64_t t1) {
     std::vector<float> cs(static_cast<size_t>(D));  // [cos(half) | sin(half)] of the current token
     for (int64_t t = t0; t < t1; ++t) {
       cos_sin(rt, pos[t], cs.data(), cs.data() + half);

@@ -4,9 +4,10 @@
 // `gen`, runs its own share, then waits until `pending` (the workers not yet done) reaches 0.
 // Each worker waits for `gen` to change, runs its share (or nothing when its tid is past the
 // loop's thread count) and decrements `pending`. Waiting = spinning (pause rounds with a
-// sched_yield between them) for up to SINKQ_SPIN_US, then sleeping in std::atomic::wait (a futex); a waker calls notify only when
-// someone sleeps (the `sleepers` / `caller_sleeps` counters, all seq_cst, so a sleeper either sees
-// the new value before it sleeps or is counted before the waker looks).
+// sched_yield between them) for up to SINKQ_SPIN_US, then sleeping in std::atomic::wait (a
+// futex); a waker calls notify only when someone sleeps (the `sleepers` / `caller_sleeps`
+// counters, all seq_cst, so a sleeper either sees the new value before it sleeps or is counted
+// before the waker looks).
 #include "kernels/team.h"
 
 #include <immintrin.h>

@@ -83,6 +83,20 @@ void parallel_for(int nt, int64_t n, int64_t chunk, F&& fn) {
 void set_team_enabled(bool on);
 bool team_enabled();
 
+// fn(begin, end) once per thread over contiguous ranges of [0, n) (as schedule(static): each thread
+// its own rows, e.g. to prefetch its next one), boundaries on multiples of `align`; a thread whose
+// range is empty is not called. Items must be independent (no thread's result depends on the split).
+template <class F>
+void parallel_ranges(int nt, int64_t n, int64_t align, F&& fn) {
+  if (n <= 0) return;
+  parallel_run(nt, [&](int tid, int threads) {
+    int64_t per = (n + threads - 1) / threads;
+    per = (per + align - 1) / align * align;
+    const int64_t b = std::min(n, per * tid), e = std::min(n, b + per);
+    if (e > b) fn(b, e);
+  });
+}
+
 // Runs body() on the calling thread with a team of nt threads (num_threads() when 0) ready for
 // its parallel loops; the workers leave when body returns or throws (the exception is rethrown).
 // nt <= 1, the team off, or a caller already in a team or an OpenMP region: body() runs as it is.

@@ -123,9 +123,8 @@ void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t co
       }
   } else {
     std::mutex bad_mu;
-    parallel_run(nt, [&](int me, int n) {
-      // Contiguous token ranges per thread (as schedule(static)), so each prefetches its own next row.
-      const int64_t i0 = tokens * me / n, i1 = tokens * (me + 1) / n;
+    // Contiguous token ranges per thread, so each prefetches its own next row.
+    parallel_ranges(nt, tokens, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
         if (!token(i, i1)) {
           std::lock_guard<std::mutex> lock(bad_mu);
@@ -165,7 +164,7 @@ void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t col
     for (int64_t i = 0; i < tokens; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
     return;
   }
-  parallel_for(nt, tokens, (tokens + nt - 1) / nt, [&](int64_t i0, int64_t i1) {
+  parallel_ranges(nt, tokens, 1, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) k.quantize_row(x + i * cols, cols, s, t.bits, out.codes.data() + i * rb, nullptr);
   });
 }
@@ -243,21 +242,20 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
   int32_t* const sums = xsum.data();
   uint8_t* const tails = xtail.data();
   const int8_t* codes = a4 ? widened : reinterpret_cast<const int8_t*>(x.codes.data());
-  const int nt_pro = threads_for(double(T) * double(K) * (a4 ? 1.0 : 0.25));
-  parallel_for(nt_pro, T, (T + nt_pro - 1) / nt_pro, [&](int64_t i0, int64_t i1) {
-  for (int64_t i = i0; i < i1; ++i) {
-    if (a4) {
-      const uint8_t* src = x.codes.data() + i * row_bytes(xt, K);
-      for (int64_t j = 0; j < K; ++j) widened[i * K + j] = lowbit::detail::nibble_code(src[j / 2], j % 2 == 1);
+  parallel_ranges(threads_for(double(T) * double(K) * (a4 ? 1.0 : 0.25)), T, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      if (a4) {
+        const uint8_t* src = x.codes.data() + i * row_bytes(xt, K);
+        for (int64_t j = 0; j < K; ++j) widened[i * K + j] = lowbit::detail::nibble_code(src[j / 2], j % 2 == 1);
+      }
+      for (int64_t g = 0; g < ng; ++g) {
+        const int8_t* c = codes + i * K + g * gcols;
+        int32_t s = 0;
+        for (int64_t j = 0; j < gcols; ++j) s += c[j];
+        sums[i * ng + g] = s;
+      }
+      if (rem) std::memcpy(tails + i * 8, codes + i * K + full * step, size_t(rem));
     }
-    for (int64_t g = 0; g < ng; ++g) {
-      const int8_t* c = codes + i * K + g * gcols;
-      int32_t s = 0;
-      for (int64_t j = 0; j < gcols; ++j) s += c[j];
-      sums[i * ng + g] = s;
-    }
-    if (rem) std::memcpy(tails + i * 8, codes + i * K + full * step, size_t(rem));
-  }
   });
 
   GemmArgs a;

@@ -254,22 +254,22 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   // the int8 head alike).
   auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a,
                  const quant::Params& sp) -> std::shared_ptr<const LinearImpl> {
-      std::vector<float> f32(size_t(m.rows * m.cols));
-      to_f32(m.dtype, m.data, f32.data(), f32.size());
-      std::vector<PackedLinear::PlanarBlock> blocks;
-      std::vector<float> buf;
-      for (const WeightBlock& b : weight_blocks(ws, m.cols, m.name)) {
-        const float* x = f32.data();
-        if (b.cols != m.cols) {
-          buf.resize(size_t(m.rows * b.cols));
-          for (int64_t r = 0; r < m.rows; ++r)
-            std::copy(f32.data() + r * m.cols + b.col0, f32.data() + r * m.cols + b.col0 + b.cols,
-                      buf.data() + r * b.cols);
-          x = buf.data();
-        }
-        blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
+    std::vector<float> f32(size_t(m.rows * m.cols));
+    to_f32(m.dtype, m.data, f32.data(), f32.size());
+    std::vector<PackedLinear::PlanarBlock> blocks;
+    std::vector<float> buf;
+    for (const WeightBlock& b : weight_blocks(ws, m.cols, m.name)) {
+      const float* x = f32.data();
+      if (b.cols != m.cols) {
+        buf.resize(size_t(m.rows * b.cols));
+        for (int64_t r = 0; r < m.rows; ++r)
+          std::copy(f32.data() + r * m.cols + b.col0, f32.data() + r * m.cols + b.col0 + b.cols,
+                    buf.data() + r * b.cols);
+        x = buf.data();
       }
-      return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), a, sp);
+      blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
+    }
+    return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), a, sp);
   };
   pack_linears(w, [&](int l, int i, const Mat& m) {
     const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <tuple>
@@ -134,11 +136,11 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_GemmF32)->Apply(gemm_shapes);
 
-// Prefill T = 512, integer GEMM on A8 per-token activations. Args: weight format, out, in.
+// Prefill T = 512, integer GEMM on A8 per-token activations. Args: isa, weight format, out, in.
 void BM_GemmLowbit(benchmark::State& st) {
-  set_isa(detected_isa());
-  const PackedFormat f = PackedFormat(st.range(0));
-  const int64_t T = 512, out = st.range(1), in = st.range(2);
+  if (!use_isa(st, st.range(0))) return;
+  const PackedFormat f = PackedFormat(st.range(1));
+  const int64_t T = 512, out = st.range(2), in = st.range(3);
   const lowbit::KernelWeights& W = qweights(f, out, in);
   const lowbit::PackedTensor x = acts(T, in, 3);
   std::vector<float> y(static_cast<size_t>(T * out));
@@ -147,11 +149,39 @@ void BM_GemmLowbit(benchmark::State& st) {
   st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(f).name) + "+a8");
 }
 void gemm_lowbit_args(benchmark::internal::Benchmark* b) {
-  for (PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128})
-    for (auto [o, i] : kGemmShapes) b->Args({int(f), o, i});
-  b->ArgNames({"wfmt", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (int isa : {1, 2})
+    for (PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128})
+      for (auto [o, i] : kGemmShapes) b->Args({isa, int(f), o, i});
+  b->ArgNames({"isa", "wfmt", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 BENCHMARK(BM_GemmLowbit)->Apply(gemm_lowbit_args);
+
+// The W8A8 GEMM on clipped weights, so that some codes are -128 (as a grid-searched clip leaves
+// them: 0.05% of SmolLM2's W8 codes), which AVX2's signed kernel corrects one by one (kernels.h)
+// up to a share per block, beyond which the block takes the offset kernel; the label gives the
+// share (the weights are uniform: ~(1 - clip) / 2). Args: isa, clip in 1/1000, out, in.
+void BM_GemmW8Clipped(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  const int64_t T = 512, clip = st.range(1), out = st.range(2), in = st.range(3);
+  static std::map<std::tuple<int64_t, int64_t, int64_t>, lowbit::KernelWeights> cache;
+  lowbit::KernelWeights& W = cache[{clip, out, in}];
+  if (W.codes.empty())
+    W = lowbit::repack(
+        lowbit::quantize(PackedFormat::W8_PerRow, f32_weights(out, in).data(), out, in, float(clip) / 1000.0f));
+  const lowbit::PackedTensor x = acts(T, in, 3);
+  std::vector<float> y(static_cast<size_t>(T * out));
+  for (auto _ : st) lowbit::gemm(x, W, nullptr, y.data());
+  st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
+  char share[64];
+  std::snprintf(share, sizeof share, ", %.3f%% codes -128", 100.0 * double(W.neg128.size()) / double(out * in));
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " w8_per_row+a8" + share);
+}
+void gemm_clipped_args(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (int clip : {999, 995, 990, 984, 970, 900}) b->Args({isa, clip, 2048, 2048});
+  b->ArgNames({"isa", "clip", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_GemmW8Clipped)->Apply(gemm_clipped_args);
 
 // PrefixQuant Table 8: fp32 -> int8 / int4 activation codes, static per-tensor (a calibrated scale,
 // one quantize pass) vs dynamic per-token (an abs-max pass per token, then the quantize pass), at

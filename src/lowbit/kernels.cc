@@ -69,6 +69,19 @@ void check_activations(const PackedTensor& x, const char* who) {
               who, t.name, x.rows, x.cols, x.codes.size(), x.scales.size());
 }
 
+// The -128 list of 8-bit kernel weights indexes real rows and columns, block by block (kernels.h).
+bool neg128_ok(const KernelWeights& w, const FormatDesc& t, int64_t nb) {
+  if (t.bits != 8 || w.neg128_start.empty()) return w.neg128.empty();
+  if (w.neg128_start.size() != size_t(nb + 1) || w.neg128_start[0] != 0 || w.neg128_start.back() != w.neg128.size())
+    return false;
+  for (int64_t b = 0; b < nb; ++b) {
+    if (w.neg128_start[size_t(b)] > w.neg128_start[size_t(b + 1)]) return false;
+    for (uint32_t e = w.neg128_start[size_t(b)]; e < w.neg128_start[size_t(b + 1)]; ++e)
+      if (int64_t(w.neg128[e] >> 4) >= w.cols || b * 16 + (w.neg128[e] & 15) >= w.rows) return false;
+  }
+  return true;
+}
+
 // out sized for [tokens, cols] of format f (vectors keep their capacity across calls).
 void prepare(PackedTensor& out, const FormatDesc& t, int64_t tokens, int64_t cols) {
   out.format = t.format;
@@ -190,6 +203,7 @@ KernelWeights repack(const PackedTensor& w) {
   kw.codes.assign(size_t(nb * kw.steps * 64), 0);
   kw.scales.assign(size_t(nb * ng * 16), 0.0f);
   if (!t.symmetric) kw.zeros.assign(size_t(nb * ng * 16), 0);
+  if (t.bits == 8) kw.neg128_start.assign(size_t(nb + 1), 0);
   for (int64_t r = 0; r < w.rows; ++r) {
     const int64_t b = r / 16, i = r % 16;
     uint8_t* blk = kw.codes.data() + b * kw.steps * 64 + i * 4;
@@ -197,14 +211,24 @@ KernelWeights repack(const PackedTensor& w) {
       const int code = q[size_t(r * w.cols + c)];
       const int64_t s = c / step, j = c % step;
       uint8_t& byte = blk[s * 64 + j % 4];
-      if (t.bits == 8) byte = uint8_t(code + 128);
-      else byte = uint8_t(byte | ((code + 8) << (j < 4 ? 0 : 4)));
+      if (t.bits == 8) {
+        byte = uint8_t(code + 128);
+        if (code == -128) {
+          kw.neg128.push_back(uint32_t(c << 4 | i));
+          kw.neg128_start[size_t(b + 1)] = uint32_t(kw.neg128.size());
+        }
+      } else {
+        byte = uint8_t(byte | ((code + 8) << (j < 4 ? 0 : 4)));
+      }
     }
     for (int64_t g = 0; g < ng; ++g) {
       kw.scales[size_t((b * ng + g) * 16 + i)] = p.scale[size_t(r * ng + g)];
       if (!t.symmetric) kw.zeros[size_t((b * ng + g) * 16 + i)] = p.zero[size_t(r * ng + g)];
     }
   }
+  for (size_t b = 1; b < kw.neg128_start.size(); ++b)  // blocks without a -128 start where the last ended
+    kw.neg128_start[b] = std::max(kw.neg128_start[b], kw.neg128_start[b - 1]);
+  if (kw.neg128.empty()) kw.neg128_start.clear();
   return kw;
 }
 
@@ -222,7 +246,7 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
   SINKQ_CHECK(N > 0 && K <= kMaxCols && w.steps == (K + step - 1) / step &&
                   w.groups == (wt.group > 0 ? K / wt.group : 1) &&
                   w.codes.size() == size_t(nb * w.steps * 64) && w.scales.size() == size_t(nb * w.groups * 16) &&
-                  w.zeros.size() == (wt.symmetric ? 0 : w.scales.size()),
+                  w.zeros.size() == (wt.symmetric ? 0 : w.scales.size()) && neg128_ok(w, wt, nb),
               "lowbit gemm: {} kernel weights [{}, {}] are not in the repack() layout", wt.name, N, K);
   if (T == 0) return;
 
@@ -266,6 +290,8 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
   a.ws = w.scales.data();
   a.wz = a.asym ? w.zeros.data() : nullptr;
   a.out = N;
+  a.neg128_start = w.neg128_start.empty() ? nullptr : w.neg128_start.data();
+  a.neg128 = w.neg128.data();
   a.steps = w.steps;
   a.groups = ng;
   a.steps_per_group = grouped ? wt.group / step : full;

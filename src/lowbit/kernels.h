@@ -27,7 +27,11 @@
 // from memory. Σ u·c_x = Σ (u - z) c_x + z·Σ c_x, so every group subtracts z·(Σ_{k∈g} c_x)
 // (z = 128 / 8 / the zero point), with the activation group sums computed once per call.
 // AVX2 uses the same layout: vpmaddubsw for 4-bit weights (|u·c_x| pairs <= 3840, never
-// saturating) and zero-extended vpmaddwd for 8-bit ones (u up to 255 could saturate vpmaddubsw).
+// saturating). For 8-bit weights u·c_x pairs could saturate vpmaddubsw, so it multiplies the
+// signed codes c = u ^ 0x80 instead, as vpmaddubsw(|c_x|, sign(c, c_x)): every pair lies in
+// [-2·128·128, 2·127·128] (never saturates), and the product is exact except for c = -128 against
+// c_x < 0, where vpsignb wraps (-(-128) = -128): that adds 256·c_x, which the kernel subtracts
+// again from the few positions repack lists (KernelWeights::neg128).
 #pragma once
 
 #include <cstdint>
@@ -88,7 +92,13 @@ struct KernelWeights {
   std::vector<uint8_t, Aligned64<uint8_t>> codes;   // [blocks][steps][64]
   std::vector<float, Aligned64<float>> scales;      // [blocks][groups][16]
   std::vector<int32_t, Aligned64<int32_t>> zeros;   // [blocks][groups][16], asymmetric only
-  size_t bytes() const { return codes.size() + 4 * (scales.size() + zeros.size()); }
+  // 8-bit: where the code -128 is (AVX2 corrects its products, lowbit_avx2.cc): block b's are
+  // neg128[neg128_start[b] .. neg128_start[b + 1]), each column << 4 | row in the block, in
+  // row-major order; both empty when there is none. Rare: clipped weights only (0.05% of
+  // SmolLM2's grid-clipped W8 codes).
+  std::vector<uint32_t> neg128_start;  // [blocks + 1] or empty
+  std::vector<uint32_t> neg128;
+  size_t bytes() const { return codes.size() + 4 * (scales.size() + zeros.size() + neg128_start.size() + neg128.size()); }
 };
 
 // Repacks a weight tensor (Role::Weight); throws sinkq::Error for an activation format, cols

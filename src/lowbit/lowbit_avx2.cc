@@ -2,8 +2,9 @@
 //
 // 4-bit weights: vpmaddubsw (u8 weight nibble x s8 activation, pairs <= 2·15·128: never
 // saturates), then vpmaddwd by ones into the eight int32 row lanes. 8-bit weights (u = c + 128 up
-// to 255 could saturate vpmaddubsw): zero-extended to int16, vpmaddwd against the sign-extended
-// activation quadruple; two int32 partials per row, folded by vphaddd at the end of a group.
+// to 255 could saturate vpmaddubsw): the signed codes c = u ^ 0x80 through vpmaddubsw(|x|,
+// sign(c, x)), then vpmaddwd by ones the same way (the -128 codes: kernels.h, gemm_kernels.inc),
+// 1.9x the zero-extended vpmaddwd kernel, which remains for blocks with many -128 codes.
 // Compiled with SINKQ_ISA_BEGIN (kernels/isa_region.h) after every include (see
 // kernels/kernels_avx2.cc).
 #include <immintrin.h>
@@ -21,27 +22,24 @@ namespace sinkq::lowbit::detail::avx2 {
 
 struct VT {
   static constexpr int kGemvBlocks = 2, kGemmBlocks = 1;
-  static constexpr int kTokens8 = 2, kTokens4 = 4, kTokens4G = 2;
+  static constexpr int kTokens8 = 2, kTokens4 = 4, kTokens4G = 2, kTokens8s = 4;
+  static constexpr bool kSigned8 = true;
+  static constexpr double kSigned8Fix = 1.0;  // -128 codes per step of 64 a signed block may hold
   struct I16 {
     __m256i a, b;  // rows 0-7, 8-15
   };
   struct F16 {
     __m256 a, b;
   };
+  // Offset 8-bit (blocks with many -128 codes): zero-extended u against the sign-extended x
+  // quadruple by vpmaddwd; two int32 partials per row, folded by vphaddd at the end of a group.
   struct Acc8 {
     __m256i p[4];  // rows 4i..4i+3: [r (cols 0,1), r (cols 2,3)] x 4 rows
   };
   struct W8 {
     __m256i q[4];  // rows 4i..4i+3 x 4 columns, zero-extended to int16
   };
-  struct Acc4 {
-    __m256i a[2];
-  };
-  struct W4 {
-    __m256i lo[2], hi[2];  // columns 0-3 / 4-7 of rows 0-7 and 8-15
-  };
   static Acc8 zero8() { return {{_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()}}; }
-  static Acc4 zero4() { return {{_mm256_setzero_si256(), _mm256_setzero_si256()}}; }
   static W8 load8(const uint8_t* p) {
     W8 w;
     for (int i = 0; i < 4; ++i) w.q[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)));
@@ -55,6 +53,13 @@ struct VT {
     return _mm256_permute4x64_epi64(_mm256_hadd_epi32(p, q), 0xD8);
   }
   static I16 fin(const Acc8& a) { return {fold(a.p[0], a.p[1]), fold(a.p[2], a.p[3])}; }
+  struct Acc4 {
+    __m256i a[2];
+  };
+  struct W4 {
+    __m256i lo[2], hi[2];  // columns 0-3 / 4-7 of rows 0-7 and 8-15
+  };
+  static Acc4 zero4() { return {{_mm256_setzero_si256(), _mm256_setzero_si256()}}; }
   static W4 load4(const uint8_t* p) {
     const __m256i m = _mm256_set1_epi8(0x0F);
     W4 w;
@@ -73,6 +78,24 @@ struct VT {
     }
   }
   static I16 fin(const Acc4& a) { return {a.a[0], a.a[1]}; }
+  // Signed 8-bit: vpmaddubsw(|x|, sign(c, x)) = the pair sums of c·x (in [-32768, 32512]: never
+  // saturates; sign(-128, x < 0) wraps to -128, corrected by the tile), then vpmaddwd by ones
+  // into the row lanes as for 4-bit. One 32-byte load per 8 rows, no widening.
+  using Acc8s = Acc4;
+  struct W8s {
+    __m256i c[2];  // rows 0-7, 8-15: the signed codes c = u ^ 0x80
+  };
+  static Acc8s zero8s() { return zero4(); }
+  static W8s load8s(const uint8_t* p) {
+    const __m256i f = _mm256_set1_epi8(char(0x80));
+    return {{_mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), f),
+             _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)), f)}};
+  }
+  static void dot8s(Acc8s& a, const W8s& w, int32_t x4) {
+    const __m256i xb = _mm256_set1_epi32(x4), ax = _mm256_abs_epi8(xb), ones = _mm256_set1_epi16(1);
+    for (int h = 0; h < 2; ++h)
+      a.a[h] = _mm256_add_epi32(a.a[h], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w.c[h], xb)), ones));
+  }
   static I16 sub_scalar(const I16& i, int32_t c) {
     const __m256i v = _mm256_set1_epi32(c);
     return {_mm256_sub_epi32(i.a, v), _mm256_sub_epi32(i.b, v)};

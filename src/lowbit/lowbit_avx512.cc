@@ -28,6 +28,7 @@ struct VT {
   // fp32 accumulators; GEMV 4 blocks (64 rows) per pass.
   static constexpr int kGemvBlocks = 4, kGemmBlocks = 2;
   static constexpr int kTokens8 = 8, kTokens4 = 8, kTokens4G = 4;
+  static constexpr bool kSigned8 = false;  // vpdpbusd takes the offset bytes directly
   using I16 = __m512i;
   using F16 = __m512;
   using Acc8 = __m512i;

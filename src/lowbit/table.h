@@ -25,6 +25,9 @@ struct GemmArgs {
   int64_t groups = 1;          // scales per row (1 for per-row weights)
   int64_t steps_per_group = 0; // full steps per group (per-row: cols / step columns)
   bool tail = false;           // per-row only: one more, partial step (x from xtail)
+  const uint32_t* neg128_start = nullptr;  // 8-bit: KernelWeights::neg128_start / neg128, or
+                                           // nullptr when there is no code -128
+  const uint32_t* neg128 = nullptr;
   // Activations: int8 codes, row stride ldx; the partial last step zero-padded in xtail.
   int64_t T = 0;
   const int8_t* x = nullptr;

@@ -177,7 +177,9 @@ TEST(LowbitGemm, ThreadCountDoesNotMatter) {
 
 // The int32 accumulation at its limit K = kMaxCols with the extreme codes: 8-bit weights stored
 // as u = c + 128 = 255 against activation -128 (the VNNI sum Σ u·c_x = -2^31 + 2^23), and
-// -128 x -128 (Σ c_x c_w = 2^30). Scales 1: y is the integer itself (exact in fp32).
+// -128 x -128 (Σ c_x c_w = 2^30; on AVX2 the offset kernel: > 1 code -128 per step); and
+// AVX2's signed kernel at its extremes: -127 x -128 (pairs 2·127·128) and a row with a -128 in
+// every step (as many corrections as it takes), against -128 and 127. Scales 1: y is the integer itself (exact in fp32).
 TEST(LowbitGemm, ExtremeCodesAtMaxCols) {
   ktest::StateGuard guard;
   const int64_t K = kMaxCols, T = 2, N = 3;
@@ -204,11 +206,90 @@ TEST(LowbitGemm, ExtremeCodesAtMaxCols) {
   const KernelWeights kw = repack(w);
   const float want[] = {-127.0f * 128 * K, 128.0f * 128 * K, 128.0f * K / 2,
                         127.0f * 127 * K,  -128.0f * 127 * K, -127.0f * K / 2};
+  // The signed kernel: rows 127; -127 with -128 in column 4s of each step s; 127 / -127.
+  std::vector<int8_t> cs(size_t(N * K));
+  for (int64_t k = 0; k < K; ++k) {
+    cs[size_t(k)] = 127;
+    cs[size_t(K + k)] = int8_t(k % 4 ? -127 : -128);
+    cs[size_t(2 * K + k)] = int8_t(k % 2 ? 127 : -127);
+  }
+  const PackedTensor ws = pack(PackedFormat::W8_PerRow, cs.data(), per_row(8, N, quant::Granularity::PerRow), N, K);
+  const KernelWeights kws = repack(ws);
+  ASSERT_EQ(kws.neg128.size(), size_t(K / 4));  // one per step: the signed kernel's limit on AVX2
+  const double q = K / 4.0;                      // sums below: multiples of 64 under 2^30, exact in fp32
+  const float want_s[] = {-127.0f * 128 * K, float(3 * q * 127 * 128 + q * 128 * 128), 0.0f,
+                          127.0f * 127 * K,  float(-3 * q * 127 * 127 - q * 128 * 127), 0.0f};
   for (Isa isa : ktest::all_isas()) {
     set_isa(isa);
-    std::vector<float> y(size_t(T * N), NAN);
+    std::vector<float> y(size_t(T * N), NAN), ys(size_t(T * N), NAN);
     gemm(x, kw, nullptr, y.data());
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(y[size_t(i)], want[i]) << ktest::ctx(isa, "output " + std::to_string(i));
+    gemm(x, kws, nullptr, ys.data());
+    for (int i = 0; i < 6; ++i) {
+      EXPECT_EQ(y[size_t(i)], want[i]) << ktest::ctx(isa, "output " + std::to_string(i));
+      EXPECT_EQ(ys[size_t(i)], want_s[i]) << ktest::ctx(isa, "signed-path output " + std::to_string(i));
+    }
+  }
+}
+
+// 8-bit weights with codes -128: repack lists exactly those (KernelWeights::neg128, block by
+// block); on AVX2 the blocks with a few take the signed kernel, where vpsignb wraps on them and
+// each is corrected, the block with many (> 1 per step) the offset kernel, in one call. The -128s
+// meet activation codes -128 and -100 (wrapped) and positive ones; a row of -127 meets a token of
+// -128s (pairs of 2·127·128, one step from saturation). Every ISA equals ref::gemm.
+TEST(LowbitGemm, EightBitMinus128CodesAreListedAndCorrected) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(25);
+  const int64_t N = 80, K = 257;  // 5 blocks; a partial last step
+  std::uniform_int_distribution<int> wcode(-127, 127), xcode(-128, 127);
+  std::uniform_real_distribution<float> scale(0.01f, 2.0f);
+  std::vector<int8_t> cw(size_t(N * K));
+  for (int8_t& c : cw) c = int8_t(wcode(rng));
+  for (int64_t k = 0; k < K; ++k) cw[size_t(2 * K + k)] = -127;  // block 0 (clean): the extreme row
+  quant::Params pw;
+  pw.granularity = quant::Granularity::PerRow;
+  pw.bits = 8;
+  pw.symmetric = true;
+  pw.prow = N;
+  pw.pcol = 1;
+  pw.col_block = K;
+  for (int64_t r = 0; r < N; ++r) pw.scale.push_back(scale(rng));
+  const KernelWeights none = repack(pack(PackedFormat::W8_PerRow, cw.data(), pw, N, K));
+  EXPECT_TRUE(none.neg128_start.empty() && none.neg128.empty());
+  cw[size_t((16 + 3) * K + 200)] = -128;                         // block 1: an inner column
+  cw[size_t((16 + 3) * K + 7)] = -128;                           // block 1: same row, x > 0
+  cw[size_t((16 + 9) * K + 200)] = -128;                         // block 1: another row
+  for (int64_t k = 0; k < 100; ++k) cw[size_t((32 + 8) * K + k)] = -128;  // block 2: 100 > 65 steps
+  cw[size_t((48 + 15) * K + 256)] = -128;                        // block 3: its last row, the tail column
+  const PackedTensor w = pack(PackedFormat::W8_PerRow, cw.data(), pw, N, K);
+  const KernelWeights kw = repack(w);
+  ASSERT_EQ(kw.neg128_start, (std::vector<uint32_t>{0, 0, 3, 103, 104, 104}));
+  EXPECT_EQ(std::vector<uint32_t>(kw.neg128.begin(), kw.neg128.begin() + 3),
+            (std::vector<uint32_t>{7 << 4 | 3, 200 << 4 | 3, 200 << 4 | 9}));
+  EXPECT_EQ(kw.neg128[3], 0u << 4 | 8);
+  EXPECT_EQ(kw.neg128[102], 99u << 4 | 8);
+  EXPECT_EQ(kw.neg128[103], 256u << 4 | 15);
+  for (int64_t T : {1, 5, 65}) {
+    std::vector<int8_t> cx(size_t(T * K));
+    for (int8_t& c : cx) c = int8_t(xcode(rng));
+    for (int64_t t = 0; t < T; ++t) {
+      cx[size_t(t * K + 200)] = -128;
+      cx[size_t(t * K + 256)] = -100;
+      cx[size_t(t * K + 7)] = 90;
+    }
+    std::fill(cx.begin(), cx.begin() + K, int8_t(-128));  // token 0
+    quant::Params px = pw;
+    px.prow = T;
+    px.scale.clear();
+    for (int64_t t = 0; t < T; ++t) px.scale.push_back(scale(rng));
+    const PackedTensor x = pack(PackedFormat::A8_PerToken, cx.data(), px, T, K);
+    std::vector<float> want(size_t(T * N));
+    ref::gemm(x, w, nullptr, want.data());
+    for (Isa isa : ktest::all_isas()) {
+      set_isa(isa);
+      std::vector<float> got(want.size(), NAN);
+      gemm(x, kw, nullptr, got.data());
+      EXPECT_TRUE(bit_equal(got, want)) << ktest::ctx(isa, "T=" + std::to_string(T));
+    }
   }
 }
 
@@ -238,6 +319,12 @@ TEST(LowbitGemm, Errors) {
   KernelWeights broken = c.kw;
   broken.codes.resize(64);
   EXPECT_THAT(error_of([&] { gemm(c.x, broken, nullptr, y.data()); }), HasSubstr("not in the repack() layout"));
+  for (uint32_t entry : {uint32_t(63 << 4), uint32_t(5 << 4 | 5)}) {  // column 63 of 63; row 5 of 5
+    KernelWeights bad8 = d.kw;
+    bad8.neg128.push_back(entry);
+    bad8.neg128_start.back() += 1;
+    EXPECT_THAT(error_of([&] { gemm(d.x, bad8, nullptr, y.data()); }), HasSubstr("not in the repack() layout"));
+  }
   PackedTensor xs = c.x;
   xs.scales.pop_back();
   EXPECT_THAT(error_of([&] { gemm(xs, c.kw, nullptr, y.data()); }), HasSubstr("do not fit the format"));

@@ -144,6 +144,7 @@ void BM_Attention(benchmark::State& st) {
 BENCHMARK(BM_Attention)
     ->ArgsProduct({{0, 1, 2}, {511, 2047}, {1}})
     ->ArgsProduct({{0, 1, 2}, {0}, {512}})
+    ->ArgsProduct({{2}, {512}, {8, 16, 32, 64}})  // prefill chunks behind a context
     ->ArgNames({"isa", "n_past", "T"})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();

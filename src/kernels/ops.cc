@@ -176,6 +176,76 @@ void attention(const AttnShape& s, const float* q, const float* k_cache, const f
   attention(s, q, KvSegment{}, k_cache, v_cache, n_past, T, out);
 }
 
+namespace {
+
+// Prefill (T >= kBlockedAttnMinT): per (block of up to 64 queries, head), the scores of every key
+// any query of the block sees, S = scale·Q·Kᵀ, by one single-threaded sgemm per segment (prefix,
+// body); then per query row its own visible range is softmaxed (exp_shift_sum, as in the per-row
+// path) and the rest of the row zeroed; then O = P·V by sgemm (the body added onto the prefix
+// part, beta = 1) and each row scaled by 1/Σ. The same operations as the per-row path in another
+// summation order (the dot and weighted-sum bounds of attention_test.cc hold for any order); keys
+// a row does not see cost one masked column each (at most 63 per row from the block's diagonal,
+// plus the window's slide). Each (block, head) is one task on one thread: the result does not
+// depend on the thread count. S is at most kBlockedAttnScratch bytes per thread (fewer queries per
+// block at long contexts).
+constexpr int64_t kBlockedAttnMinT = 8;
+constexpr int64_t kBlockedAttnRows = 64;
+constexpr int64_t kBlockedAttnScratch = int64_t(4) << 20;
+
+void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q, const KvSegment& prefix,
+                       const float* k_cache, const float* v_cache, int64_t n_past, int64_t T, float* out, int nt) {
+  const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
+  const int64_t P = prefix.rows, ldkv = int64_t(s.n_kv_heads) * D, ldq = int64_t(H) * D;
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const int64_t keys_max = s.sliding_window ? std::min<int64_t>(P + n_past + T, s.sliding_window + kBlockedAttnRows)
+                                            : P + n_past + T;
+  const int64_t bq = std::clamp<int64_t>(kBlockedAttnScratch / (4 * keys_max), 1, kBlockedAttnRows);
+  const int64_t nblk = (T + bq - 1) / bq;
+  // Later blocks see more keys: dynamic hand-out, the last (largest) blocks first.
+  parallel_for(nt, nblk * H, 1, [&](int64_t task, int64_t) {
+    static thread_local std::vector<float> S, inv;
+    blas_single_threaded();
+    const int64_t b = nblk - 1 - task / H;
+    const int h = int(task % H), g = h / group;
+    const int64_t t0 = b * bq, m = std::min(T, t0 + bq) - t0;
+    auto lo_of = [&](int64_t hi) { return s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0; };
+    const int64_t hi_last = P + n_past + t0 + m - 1, lo_first = lo_of(P + n_past + t0);
+    const int64_t nk = hi_last - lo_first + 1;
+    const int64_t np = std::max<int64_t>(0, std::min(P, hi_last + 1) - lo_first);  // prefix columns
+    const int64_t nb = nk - np, body0 = std::max(lo_first, P) - P;                  // body columns, first row
+    if (S.size() < size_t(m * nk)) S.resize(size_t(m * nk));
+    if (inv.size() < size_t(m)) inv.resize(size_t(m));
+    const float* qb = q + (t0 * H + h) * D;
+    const float* Kp = prefix.k + lo_first * ldkv + int64_t(g) * D;
+    const float* Vp = prefix.v + lo_first * ldkv + int64_t(g) * D;
+    const float* Kb = k_cache + body0 * ldkv + int64_t(g) * D;
+    const float* Vb = v_cache + body0 * ldkv + int64_t(g) * D;
+    if (np > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(np), D, scale, qb, int(ldq), Kp, int(ldkv), 0.0f,
+                  S.data(), int(nk));
+    if (nb > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nb), D, scale, qb, int(ldq), Kb, int(ldkv), 0.0f,
+                  S.data() + np, int(nk));
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t hi = P + n_past + t0 + r, c0 = lo_of(hi) - lo_first, c1 = hi - lo_first + 1;
+      float* row = S.data() + r * nk;
+      std::fill(row, row + c0, 0.0f);
+      std::fill(row + c1, row + nk, 0.0f);
+      inv[size_t(r)] = 1.0f / k.exp_shift_sum(row + c0, c1 - c0);
+    }
+    float* o = out + (t0 * H + h) * D;
+    if (np > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), D, int(np), 1.0f, S.data(), int(nk), Vp, int(ldkv),
+                  0.0f, o, int(ldq));
+    if (nb > 0)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), D, int(nb), 1.0f, S.data() + np, int(nk), Vb,
+                  int(ldkv), np > 0 ? 1.0f : 0.0f, o, int(ldq));
+    for (int64_t r = 0; r < m; ++r) k.scale(o + r * ldq, D, inv[size_t(r)]);
+  });
+}
+
+}  // namespace
+
 void attention(const AttnShape& s, const float* q, const KvSegment& prefix, const float* k_cache,
                const float* v_cache, int64_t n_past, int64_t T, float* out) {
   SINKQ_ASSERT(s.n_heads > 0 && s.n_kv_heads > 0 && s.head_dim > 0 && s.n_heads % s.n_kv_heads == 0);
@@ -190,6 +260,7 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
   // Most keys one query sees.
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
   const int nt = threads_for(double(pairs) * double(keys) * D * 4.0 / 30.0);  // ~30 GFLOP/s
+  if (T >= kBlockedAttnMinT) return attention_blocked(k, s, q, prefix, k_cache, v_cache, n_past, T, out, nt);
   // Causal rows cost more for later t: dynamic chunks of a few (t, h) pairs balance the threads;
   // consecutive pairs are the heads of one token, which share K/V rows (GQA) while they are in cache.
   const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 32));

@@ -233,11 +233,14 @@ TEST(CliQuantize, FineTunedArtifactRunsAsSimulated) {
 
 // KVQuant's codebook KV (nuq3 Fisher, 1% outliers, pre-RoPE channel keys) behind W4A8: the
 // artifact carries the levels and ranges, runs on the packed runtime's codebook store, and its
-// ppl equals the simulator's within 6e-3 relative. Why not the 2e-3 above: with 3-bit keys an fp32
-// summation-order change flips codes by a whole level, and order alone (the simulator on AVX2 vs
-// on AVX-512) moves this ppl's NLL by 3.0e-3 relative (measured 1.5876 vs 1.5829); the packed path
-// differs from the simulator by such order changes (measured 1.1e-3 on AVX2, 3.0e-3 on AVX-512),
-// so the bound is twice that spread. Dropping the 1% outliers moves it by 2.5e-2, 4x the bound.
+// ppl equals the simulator's within 1.2e-2 relative. Why not the 2e-3 above: with 3-bit keys an
+// fp32 summation-order change flips codes by a whole level, in the calibrated codebooks too (the
+// artifact's and the simulator's own are calibrated separately), and order alone moves this NLL:
+// the simulator on the scalar / AVX2 / AVX-512 paths gives 1.5916 / 1.5861 / 1.5816 (6.3e-3
+// relative spread, measured with the blocked prefill attention), the packed path 1.5855 / 1.5868
+// / 1.5954 (vs the simulator 3.8e-3 / 0.4e-3 / 8.7e-3); the bound is twice the simulator's own
+// spread. Dropping the 1% outliers gives 1.6208 / 1.6212 / 1.6226: >= 1.6e-2 from every packed
+// value, outside the bound on each path.
 TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
   testing::TempDir tmp;
   const std::string art = tmp.file("nuq");
@@ -256,7 +259,7 @@ TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
   ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
   EXPECT_EQ(packed.at("runtime"), "packed");
   const double nll = sim.at("mean_nll").get<double>();
-  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 6e-3 * nll);
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 1.2e-2 * nll);
 }
 
 // With the recent int8 window: the recipe carries it, the artifact's store runs it, and the

@@ -135,6 +135,25 @@ TEST(Attention, FastAndRefMatchExactDouble) {
   EXPECT_GT(cases, 0);
 }
 
+// Prefill chunks (T >= 8) run blocked: per (block of queries, head) one scores sgemm over every
+// key the block sees, the rows masked to their own range. At long contexts the block holds fewer
+// queries (its scores stay under 4 MiB: here 34 and 52 of the 70), with and without a window
+// wider than a block: the same exact-double bound.
+TEST(Attention, BlockedPrefillAtLongContextSplitsQueries) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(16);
+  for (Isa isa : ktest::all_isas()) {
+    set_isa(isa);
+    for (int window : {0, 20000}) {
+      const Case c{2, 1, 8, window, 30000, 70};
+      const Cache m = make_cache(rng, c);
+      std::vector<float> out(m.q.size(), NAN);
+      attention(AttnShape{c.H, c.Hkv, c.D, c.window}, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, out.data());
+      check_case(c, m, out, ktest::ctx(isa, "long context"));
+    }
+  }
+}
+
 // A prefix segment in front of the cache (PrefixQuant / IntactKV) is the same attention as one
 // cache holding [prefix; body]: the prefix is rows [0, P) of the concatenation, the body the rest,
 // so check_case's exact-double bound for n_past' = P + n_past applies unchanged (splitting the

@@ -106,7 +106,13 @@ void PackedKvStore::write(int layer, int64_t row0, const float* k, const float* 
 
 void PackedKvStore::attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
                               int64_t T, float* out) const {
-  lowbit::attention_packed(s, q, prefix, cache_, layer, n_past, T, out);
+  if (T < kFusedMaxT) return lowbit::attention_packed(s, q, prefix, cache_, layer, n_past, T, out);
+  const int64_t n = n_past + T, KV = cache_.kv_dim();
+  k_.resize(size_t(n * KV));
+  v_.resize(size_t(n * KV));
+  cache_.dequantize(layer, false, 0, n, k_.data());
+  cache_.dequantize(layer, true, 0, n, v_.data());
+  sinkq::attention(s, q, prefix, k_.data(), v_.data(), n_past, T, out);
 }
 
 void attach_packed_kv(Forward& fwd, const KvScheme& scheme) {

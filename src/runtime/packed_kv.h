@@ -74,6 +74,11 @@ class PackedKvStore final : public KvStore {
  private:
   lowbit::PackedKvCache cache_;
   std::string describe_;
+  // Decode steps (T < kFusedMaxT) run the packed attention driver on the stored rows; prefill
+  // chunks decode the rows once into fp32 scratch and run the fp32 kernel (blocked, sgemm): the
+  // simulator's logits bit for bit, for one layer's fp32 scratch (as CodebookKvStore).
+  static constexpr int64_t kFusedMaxT = 8;
+  mutable std::vector<float> k_, v_;
 };
 
 // KVQuant's packed KV body (lowbit/codebook_kv.h): the per-layer K / V codebook quantizers of a

@@ -225,8 +225,12 @@ TEST(Engine, GenerateStreamsAndStops) {
 
 // score() is logprobs() with each position's top N: the chosen token's value bit for bit, the top
 // list descending, its head the argmax, its mass at most 1; generate's per-token logprobs are
-// score()'s on the generated sequence (one token per step vs one batched step: fp32 summation
-// order only, the same 1e-4 relative bound as above).
+// score()'s on the generated sequence. One token per step vs one batched step: on this KV4 model
+// the steps read the packed rows through the LUT driver, the batched step decodes them to fp32
+// for the blocked kernel (packed_kv.h), so the K / V of a generated token come out of another fp32
+// summation order and a 4-bit code can flip, which moves the later logprobs by up to 5.0e-3
+// (measured; 1e-7 without a flip). Bound: 2e-2·max(1, |logprob|); the logprob of another
+// position or token is off by O(1).
 TEST(Engine, ScoreAndGenerateLogprobs) {
   const auto& eng = engines().packed;
   auto s = eng->new_session(64);
@@ -268,7 +272,7 @@ TEST(Engine, ScoreAndGenerateLogprobs) {
   const std::vector<TokenLogprob> want = s->score(all, int64_t(p.size()), 2);
   for (size_t i = 0; i < r.generated.size(); ++i) {
     EXPECT_EQ(streamed[i], r.logprobs[i].logprob);
-    EXPECT_NEAR(r.logprobs[i].logprob, want[i].logprob, 1e-4 * std::max(1.0, std::abs(want[i].logprob))) << i;
+    EXPECT_NEAR(r.logprobs[i].logprob, want[i].logprob, 2e-2 * std::max(1.0, std::abs(want[i].logprob))) << i;
     EXPECT_EQ(r.logprobs[i].top[0].first, r.generated[i]);  // greedy: the sampled token is the argmax
   }
 }

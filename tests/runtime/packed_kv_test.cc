@@ -168,6 +168,7 @@ struct Forcing {
 // relative logit difference. `prepare` sets up each Forward before the first step.
 struct RunResult {
   double logits = 0.0, o_in = 0.0, free_running = 0.0, vs_fp = 0.0;
+  double prefill = -1.0;  // the prefill's logits (free-running), max relative difference
 };
 
 RunResult run_pair(const std::shared_ptr<const Model>& m, const Scheme& s, std::shared_ptr<const KvPrefix> prefix) {
@@ -196,6 +197,7 @@ RunResult run_pair(const std::shared_ptr<const Model>& m, const Scheme& s, std::
     r.logits = std::max(r.logits, rel_diff(b.data(), want.data(), want.size()));
     const auto c = free_packed.step(t, all);
     r.free_running = std::max(r.free_running, rel_diff(c.data(), want.data(), want.size()));
+    if (r.prefill < 0) r.prefill = rel_diff(c.data(), want.data(), want.size());
     const auto d = fp.step(t, all);
     r.vs_fp = std::max(r.vs_fp, rel_diff(d.data(), want.data(), want.size()));
   };
@@ -219,6 +221,9 @@ TEST(PackedKv, MatchesSimulator) {
                     nm.name, s.name, int(with_prefix), r.logits, r.o_in, r.free_running, r.vs_fp);
         EXPECT_LE(r.logits, kTol);
         EXPECT_LE(r.o_in, kTol);
+        // Prefill (40 rows >= kFusedMaxT) decodes the stored rows and runs the simulator's fp32
+        // attention on them: its logits are the simulator's bit for bit, without forcing.
+        EXPECT_EQ(r.prefill, 0.0);
         // The quantizer did run: the simulator is far from the full-precision model.
         EXPECT_GT(r.vs_fp, 100 * kTol);
       }

@@ -261,37 +261,60 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
   const int nt = threads_for(double(pairs) * double(keys) * D * 4.0 / 30.0);  // ~30 GFLOP/s
   if (T >= kBlockedAttnMinT) return attention_blocked(k, s, q, prefix, k_cache, v_cache, n_past, T, out, nt);
-  // Causal rows cost more for later t: dynamic chunks of a few (t, h) pairs balance the threads;
-  // consecutive pairs are the heads of one token, which share K/V rows (GQA) while they are in cache.
-  const int64_t chunk = std::max<int64_t>(1, pairs / (int64_t(nt) * 32));
-  parallel_for(nt, pairs, chunk, [&](int64_t p0, int64_t p1) {
-    static thread_local std::vector<float> sc;   // scores of one (t, h): [n keys]
-    static thread_local std::vector<float> acc;  // the body segment's weighted sum: [D]
-    if (sc.size() < size_t(keys)) sc.resize(size_t(keys));
+  // Decode (and chunks of < 8 queries): per (query token, kv head) the group's query heads
+  // together, over the visible keys in chunks of ~16 KiB of K (or V) rows: each chunk is read from
+  // L2 / L3 once and reused from L1 by the group's heads (GQA: 3 on SmolLM2, 8 on the 1B shape)
+  // instead of once per head. Each head's scores, softmax and sums are its own: per chunk the
+  // SIMD dot / weighted-sum kernels, the chunks' sums added left to right, then scaled by 1/Σ.
+  const int64_t items = T * s.n_kv_heads;
+  const int64_t rows_per_chunk = std::max<int64_t>(8, 16384 / (int64_t(D) * 4));
+  const int64_t chunk = std::max<int64_t>(1, items / (int64_t(nt) * 32));
+  parallel_for(nt, items, chunk, [&](int64_t p0, int64_t p1) {
+    static thread_local std::vector<float> sc;   // scores of the group's heads: [group, n keys]
+    static thread_local std::vector<float> acc;  // one chunk's weighted sum: [D]
+    static thread_local std::vector<float> inv;  // 1 / softmax sum per head: [group]
+    if (sc.size() < size_t(group * keys)) sc.resize(size_t(group * keys));
     if (acc.size() < size_t(D)) acc.resize(size_t(D));
+    if (inv.size() < size_t(group)) inv.resize(size_t(group));
     for (int64_t p = p0; p < p1; ++p) {
-      const int64_t t = p / H;
-      const int h = int(p % H), g = h / group;
+      const int64_t t = p / s.n_kv_heads;
+      const int g = int(p % s.n_kv_heads);
       const int64_t hi = P + n_past + t;  // absolute position of this query
       const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
       // Visible prefix rows [lo, P) and cache rows [blo, hi - P], in absolute order.
       const int64_t np = std::max<int64_t>(0, P - lo);
       const int64_t blo = std::max<int64_t>(0, lo - P);
-      const int64_t nb = hi - P - blo + 1;
-      const float* qv = q + p * D;
-      const float* K = k_cache + blo * ldkv + int64_t(g) * D;
-      const float* V = v_cache + blo * ldkv + int64_t(g) * D;
-      if (np > 0) k.scores(qv, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data());
-      k.scores(qv, K, ldkv, nb, D, scale, sc.data() + np);
-      const float inv = 1.0f / k.exp_shift_sum(sc.data(), np + nb);
-      float* o = out + p * D;
-      if (np == 0) {
-        k.weighted_sum(sc.data(), V, ldkv, nb, D, inv, o);
-        continue;
-      }
-      k.weighted_sum(sc.data(), prefix.v + lo * ldkv + int64_t(g) * D, ldkv, np, D, inv, o);
-      k.weighted_sum(sc.data() + np, V, ldkv, nb, D, inv, acc.data());
-      for (int d = 0; d < D; ++d) o[d] += acc[size_t(d)];
+      const int64_t nb = hi - P - blo + 1, n = np + nb;
+      const float* q0 = q + (t * H + int64_t(g) * group) * D;  // the group's heads, [group, D]
+      float* o0 = out + (t * H + int64_t(g) * group) * D;
+      // Segments: the prefix's rows, then the cache's, at score columns 0 and np.
+      const float* Kseg[2] = {prefix.k + lo * ldkv + int64_t(g) * D, k_cache + blo * ldkv + int64_t(g) * D};
+      const float* Vseg[2] = {prefix.v + lo * ldkv + int64_t(g) * D, v_cache + blo * ldkv + int64_t(g) * D};
+      const int64_t rows[2] = {np, nb}, col0[2] = {0, np};
+      for (int seg = 0; seg < 2; ++seg)
+        for (int64_t c = 0; c < rows[seg]; c += rows_per_chunk) {
+          const int64_t m = std::min(rows_per_chunk, rows[seg] - c);
+          for (int i = 0; i < group; ++i)
+            k.scores(q0 + i * D, Kseg[seg] + c * ldkv, ldkv, m, D, scale, sc.data() + i * n + col0[seg] + c);
+        }
+      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      bool first = true;
+      for (int seg = 0; seg < 2; ++seg)
+        for (int64_t c = 0; c < rows[seg]; c += rows_per_chunk) {
+          const int64_t m = std::min(rows_per_chunk, rows[seg] - c);
+          for (int i = 0; i < group; ++i) {
+            const float* pr = sc.data() + i * n + col0[seg] + c;
+            float* o = o0 + i * D;
+            if (first) {
+              k.weighted_sum(pr, Vseg[seg] + c * ldkv, ldkv, m, D, 1.0f, o);
+              continue;
+            }
+            k.weighted_sum(pr, Vseg[seg] + c * ldkv, ldkv, m, D, 1.0f, acc.data());
+            for (int d = 0; d < D; ++d) o[d] += acc[size_t(d)];
+          }
+          first = false;
+        }
+      for (int i = 0; i < group; ++i) k.scale(o0 + i * D, D, inv[size_t(i)]);
     }
   });
 }

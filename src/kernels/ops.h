@@ -72,7 +72,8 @@ void softmax(float* x, int64_t n);
 // q: [T, n_heads, head_dim] (after RoPE); K/V cache: [n_ctx, n_kv_heads, head_dim] with the T new
 // rows already written at rows [n_past, n_past + T). Query t sits at cache row n_past + t and
 // attends rows [max(0, n_past+t-window+1) .. n_past + t] (window = 0: no sliding window).
-// out: [T, n_heads, head_dim]. scale = 1/sqrt(head_dim). T < 8: parallel over (token, head);
+// out: [T, n_heads, head_dim]. scale = 1/sqrt(head_dim). T < 8: parallel over (token, kv head),
+// the group's heads over each chunk of K / V rows;
 // T >= 8 (prefill): blocked, parallel over (block of <= 64 tokens, head), scores and P·V by
 // single-threaded sgemm (ops.cc attention_blocked). Results never depend on the thread count.
 struct AttnShape {

@@ -135,22 +135,24 @@ TEST(Attention, FastAndRefMatchExactDouble) {
   EXPECT_GT(cases, 0);
 }
 
-// Prefill chunks (T >= 8) run blocked: per (block of queries, head) one scores sgemm over every
-// key the block sees, the rows masked to their own range. At long contexts the block holds fewer
-// queries (its scores stay under 4 MiB: here 34 and 52 of the 70), with and without a window
-// wider than a block: the same exact-double bound.
-TEST(Attention, BlockedPrefillAtLongContextSplitsQueries) {
+// Long contexts. Prefill chunks (T >= 8) run blocked: per (block of queries, head) one scores
+// sgemm over every key the block sees, the rows masked to their own range; the block holds fewer
+// queries here (its scores stay under 4 MiB: 34 and 52 of the 70). Decode (T < 8) takes the keys
+// in chunks of 16 KiB of rows (512 at head_dim 8), the group's heads per chunk, the chunks' sums
+// added up. With and without a window wider than a block: the same exact-double bound.
+TEST(Attention, LongContextChunksKeysAndSplitsQueries) {
   ktest::StateGuard guard;
   std::mt19937_64 rng(16);
   for (Isa isa : ktest::all_isas()) {
     set_isa(isa);
-    for (int window : {0, 20000}) {
-      const Case c{2, 1, 8, window, 30000, 70};
+    for (int64_t T : {1, 3, 70})
+      for (int window : {0, 20000}) {
+        const Case c{4, 2, 8, window, 30000, T};
       const Cache m = make_cache(rng, c);
-      std::vector<float> out(m.q.size(), NAN);
-      attention(AttnShape{c.H, c.Hkv, c.D, c.window}, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, out.data());
-      check_case(c, m, out, ktest::ctx(isa, "long context"));
-    }
+        std::vector<float> out(m.q.size(), NAN);
+        attention(AttnShape{c.H, c.Hkv, c.D, c.window}, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, out.data());
+        check_case(c, m, out, ktest::ctx(isa, "long context"));
+      }
   }
 }
 
@@ -165,10 +167,10 @@ TEST(Attention, PrefixSegmentEqualsConcatenatedCache) {
   int cases = 0;
   for (Isa isa : ktest::all_isas()) {
     set_isa(isa);
-    for (int64_t P : {1, 5})
+    for (int64_t P : {1, 5, 300})  // 300: the decode path's key chunks (102 rows) span the prefix
       for (int64_t n_past : {0, 20})
         for (int64_t T : {1, 9})
-          for (int window : {0, 4, 12}) {
+          for (int window : {0, 4, 12, 200}) {
             const Case whole{8, 2, 40, window, P + n_past, T};  // the concatenated view
             const Cache m = make_cache(rng, whole);
             const int64_t ld = int64_t(whole.Hkv) * whole.D;

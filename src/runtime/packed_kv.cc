@@ -106,8 +106,9 @@ void PackedKvStore::write(int layer, int64_t row0, const float* k, const float* 
 
 void PackedKvStore::attention(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
                               int64_t T, float* out) const {
-  if (T < kFusedMaxT) return lowbit::attention_packed(s, q, prefix, cache_, layer, n_past, T, out);
   const int64_t n = n_past + T, KV = cache_.kv_dim();
+  if (T < kFusedMaxT || 8 * n * KV > kDecodedMaxBytes)
+    return lowbit::attention_packed(s, q, prefix, cache_, layer, n_past, T, out);
   k_.resize(size_t(n * KV));
   v_.resize(size_t(n * KV));
   cache_.dequantize(layer, false, 0, n, k_.data());

@@ -76,8 +76,11 @@ class PackedKvStore final : public KvStore {
   std::string describe_;
   // Decode steps (T < kFusedMaxT) run the packed attention driver on the stored rows; prefill
   // chunks decode the rows once into fp32 scratch and run the fp32 kernel (blocked, sgemm): the
-  // simulator's logits bit for bit, for one layer's fp32 scratch (as CodebookKvStore).
+  // simulator's logits bit for bit, for one layer's fp32 scratch (as CodebookKvStore) — while
+  // that scratch stays under kDecodedMaxBytes (e.g. 32K rows on the 1B shape); longer contexts
+  // keep the packed driver, so the cache's memory saving holds at any length.
   static constexpr int64_t kFusedMaxT = 8;
+  static constexpr int64_t kDecodedMaxBytes = int64_t(64) << 20;
   mutable std::vector<float> k_, v_;
 };
 

@@ -135,17 +135,20 @@ void gemm_shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_GemmF32)->Apply(gemm_shapes);
 
-// Prefill T = 512, integer GEMM on A8 per-token activations. Args: isa, weight format, out, in.
-void BM_GemmLowbit(benchmark::State& st) {
-  if (!use_isa(st, st.range(0))) return;
-  const PackedFormat f = PackedFormat(st.range(1));
-  const int64_t T = 512, out = st.range(2), in = st.range(3);
-  const lowbit::KernelWeights& W = qweights(f, out, in);
+// Times the T = 512 integer GEMM of W on A8 per-token activations; label: ISA path, format, extra.
+void time_gemm(benchmark::State& st, const lowbit::KernelWeights& W, const std::string& extra = "") {
+  const int64_t T = 512, out = W.rows, in = W.cols;
   const lowbit::PackedTensor x = acts(T, in, 3);
   std::vector<float> y(static_cast<size_t>(T * out));
   for (auto _ : st) lowbit::gemm(x, W, nullptr, y.data());
   st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(f).name) + "+a8");
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(W.format).name) + "+a8" + extra);
+}
+
+// Prefill T = 512, integer GEMM on A8 per-token activations. Args: isa, weight format, out, in.
+void BM_GemmLowbit(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  time_gemm(st, qweights(PackedFormat(st.range(1)), st.range(2), st.range(3)));
 }
 void gemm_lowbit_args(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 2})
@@ -161,19 +164,15 @@ BENCHMARK(BM_GemmLowbit)->Apply(gemm_lowbit_args);
 // share (the weights are uniform: ~(1 - clip) / 2). Args: isa, clip in 1/1000, out, in.
 void BM_GemmW8Clipped(benchmark::State& st) {
   if (!use_isa(st, st.range(0))) return;
-  const int64_t T = 512, clip = st.range(1), out = st.range(2), in = st.range(3);
+  const int64_t clip = st.range(1), out = st.range(2), in = st.range(3);
   static std::map<std::tuple<int64_t, int64_t, int64_t>, lowbit::KernelWeights> cache;
   lowbit::KernelWeights& W = cache[{clip, out, in}];
   if (W.codes.empty())
     W = lowbit::repack(
         lowbit::quantize(PackedFormat::W8_PerRow, f32_weights(out, in).data(), out, in, float(clip) / 1000.0f));
-  const lowbit::PackedTensor x = acts(T, in, 3);
-  std::vector<float> y(static_cast<size_t>(T * out));
-  for (auto _ : st) lowbit::gemm(x, W, nullptr, y.data());
-  st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
   char share[64];
   std::snprintf(share, sizeof share, ", %.3f%% codes -128", 100.0 * double(W.neg128.size()) / double(out * in));
-  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " w8_per_row+a8" + share);
+  time_gemm(st, W, share);
 }
 void gemm_clipped_args(benchmark::internal::Benchmark* b) {
   for (int isa : {1, 2})

@@ -208,8 +208,7 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
     const int64_t b = nblk - 1 - task / H;
     const int h = int(task % H), g = h / group;
     const int64_t t0 = b * bq, m = std::min(T, t0 + bq) - t0;
-    auto lo_of = [&](int64_t hi) { return s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0; };
-    const int64_t hi_last = P + n_past + t0 + m - 1, lo_first = lo_of(P + n_past + t0);
+    const int64_t hi_last = P + n_past + t0 + m - 1, lo_first = s.first_visible(P + n_past + t0);
     const int64_t nk = hi_last - lo_first + 1;
     const int64_t np = std::max<int64_t>(0, std::min(P, hi_last + 1) - lo_first);  // prefix columns
     const int64_t nb = nk - np, body0 = std::max(lo_first, P) - P;                  // body columns, first row
@@ -227,7 +226,7 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nb), D, scale, qb, int(ldq), Kb, int(ldkv), 0.0f,
                   S.data() + np, int(nk));
     for (int64_t r = 0; r < m; ++r) {
-      const int64_t hi = P + n_past + t0 + r, c0 = lo_of(hi) - lo_first, c1 = hi - lo_first + 1;
+      const int64_t hi = P + n_past + t0 + r, c0 = s.first_visible(hi) - lo_first, c1 = hi - lo_first + 1;
       float* row = S.data() + r * nk;
       std::fill(row, row + c0, 0.0f);
       std::fill(row + c1, row + nk, 0.0f);
@@ -280,7 +279,7 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
       const int64_t t = p / s.n_kv_heads;
       const int g = int(p % s.n_kv_heads);
       const int64_t hi = P + n_past + t;  // absolute position of this query
-      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
+      const int64_t lo = s.first_visible(hi);
       // Visible prefix rows [lo, P) and cache rows [blo, hi - P], in absolute order.
       const int64_t np = std::max<int64_t>(0, P - lo);
       const int64_t blo = std::max<int64_t>(0, lo - P);

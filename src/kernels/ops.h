@@ -16,6 +16,7 @@
 // <= ~2 MiB of fp32 rows; attention: n_past + T floats).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -79,6 +80,10 @@ void softmax(float* x, int64_t n);
 struct AttnShape {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int sliding_window = 0;
+  // The first (absolute) position a query at absolute position `pos` sees.
+  int64_t first_visible(int64_t pos) const {
+    return sliding_window > 0 ? std::max<int64_t>(0, pos - sliding_window + 1) : 0;
+  }
 };
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out);

@@ -56,7 +56,7 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
       const int64_t t = p / s.n_kv_heads;
       const int g = int(p % s.n_kv_heads);
       const int64_t hi = P + n_past + t;  // absolute position of this query
-      const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
+      const int64_t lo = s.first_visible(hi);
       const int64_t np = std::max<int64_t>(0, P - lo);   // visible prefix rows [lo, P)
       const int64_t blo = std::max<int64_t>(0, lo - P);  // visible body rows [blo, hi - P]
       const int64_t nb = hi - P - blo + 1;

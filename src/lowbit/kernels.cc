@@ -213,21 +213,17 @@ KernelWeights repack(const PackedTensor& w) {
       uint8_t& byte = blk[s * 64 + j % 4];
       if (t.bits == 8) {
         byte = uint8_t(code + 128);
-        if (code == -128) {
-          kw.neg128.push_back(uint32_t(c << 4 | i));
-          kw.neg128_start[size_t(b + 1)] = uint32_t(kw.neg128.size());
-        }
+        if (code == -128) kw.neg128.push_back(uint32_t(c << 4 | i));
       } else {
         byte = uint8_t(byte | ((code + 8) << (j < 4 ? 0 : 4)));
       }
     }
+    if (t.bits == 8) kw.neg128_start[size_t(b + 1)] = uint32_t(kw.neg128.size());  // block b ends here so far
     for (int64_t g = 0; g < ng; ++g) {
       kw.scales[size_t((b * ng + g) * 16 + i)] = p.scale[size_t(r * ng + g)];
       if (!t.symmetric) kw.zeros[size_t((b * ng + g) * 16 + i)] = p.zero[size_t(r * ng + g)];
     }
   }
-  for (size_t b = 1; b < kw.neg128_start.size(); ++b)  // blocks without a -128 start where the last ended
-    kw.neg128_start[b] = std::max(kw.neg128_start[b], kw.neg128_start[b - 1]);
   if (kw.neg128.empty()) kw.neg128_start.clear();
   return kw;
 }

@@ -267,7 +267,9 @@ TEST(Finetune, HeldOutBlockOutputsMoveTowardTheFpTrajectory) {
     const double r = e_tuned[size_t(i)] / e_plain[size_t(i)];
     std::printf("  held-out %-8s squared error vs fp: grid search %.4g, + fine-tuning %.4g (%.3fx)\n", what.c_str(),
                 e_plain[size_t(i)], e_tuned[size_t(i)], r);
-    if (i <= L) EXPECT_LT(r, 0.9) << what;
+    if (i <= L) {
+      EXPECT_LT(r, 0.9) << what;
+    }
   }
 }
 

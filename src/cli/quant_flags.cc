@@ -45,7 +45,8 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                             "Static activations: clip ratio in (0, 1] or 'grid' (default: searched on the block output)");
   g.a_alpha = cmd.add_option("--a-alpha", o->a_alpha, "CrossQuant alpha in [0, 1] (default 0.15)");
   g.a_cross_cols = cmd.add_option("--a-cross-cols", o->a_cross_cols,
-                                  "CrossQuant column maxima: per_call (default, the paper's) | running_max (causal)");
+                                  "CrossQuant column maxima: per_call (default, the paper's) | running_max (causal) | static "
+                                  "(calibrated, folded into the weights: runs on the packed kernels; needs --calib)");
   g.head_bits = cmd.add_option("--head-bits", o->head_bits,
                                "Embeddings and LM head: 8 = int8 (per-row weights, per-token int8 LM-head input), "
                                "16 = full precision (default)");
@@ -198,8 +199,8 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   }
   if (was_given(g.a_alpha)) c.a.alpha = a_alpha;
   if (was_given(g.a_cross_cols)) {
-    SINKQ_CHECK(a_cross_cols == "per_call" || a_cross_cols == "running_max",
-                "unknown --a-cross-cols '{}': expected per_call or running_max", a_cross_cols);
+    SINKQ_CHECK(a_cross_cols == "per_call" || a_cross_cols == "running_max" || a_cross_cols == "static",
+                "unknown --a-cross-cols '{}': expected per_call, running_max or static", a_cross_cols);
     c.a.cross_columns = quant::parse_column_mode(a_cross_cols);
   }
   if (was_given(g.head_bits)) c.head.bits = head_bits;  // validated with the recipe (8 or 16)

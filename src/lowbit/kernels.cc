@@ -182,6 +182,31 @@ void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t col
   });
 }
 
+void quantize_rows(PackedFormat f, const float* x, int64_t tokens, int64_t cols, const float* scales,
+                   PackedTensor& out) {
+  const FormatDesc& t = traits(f);
+  SINKQ_CHECK(t.role == Role::Activation && t.granularity == quant::Granularity::PerRow,
+              "lowbit quantize_rows: {} is not a per-token activation format", t.name);
+  quant::validate(quant_spec(f), tokens, cols);
+  for (int64_t i = 0; i < tokens; ++i)
+    SINKQ_CHECK(scales[i] >= FLT_MIN && scales[i] <= FLT_MAX,
+                "lowbit quantize_rows: token {}'s scale {} is not a positive normal fp32", i, scales[i]);
+  check_rounding_mode();
+  prepare(out, t, tokens, cols);
+  std::copy(scales, scales + tokens, out.scales.begin());
+  const LowbitTable& k = detail::table();
+  const int64_t rb = row_bytes(t, cols);
+  const int nt = threads_for(0.25 * double(tokens) * double(cols));
+  auto rows = [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      k.quantize_row(x + i * cols, cols, scales[i], t.bits, out.codes.data() + i * rb, i + 1 < i1 ? x + (i + 1) * cols : nullptr);
+  };
+  if (nt == 1)
+    rows(0, tokens);
+  else
+    parallel_ranges(nt, tokens, 1, rows);
+}
+
 // ---- repack -------------------------------------------------------------------------------
 
 KernelWeights repack(const PackedTensor& w) {

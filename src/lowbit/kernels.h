@@ -62,6 +62,12 @@ void quantize_dynamic(PackedFormat f, const float* x, int64_t tokens, int64_t co
 void quantize_static(PackedFormat f, const float* x, int64_t tokens, int64_t cols,
                      const quant::Params& p, PackedTensor& out);
 
+// Per-token (A8_PerToken, A4_PerToken) with the token scales given, scales[tokens] (each a positive
+// normal fp32; e.g. CrossQuant's folded token factor, quant/crossquant.h): codes = quantize_to_int
+// of each row at its scale. Non-finite inputs as quantize_static.
+void quantize_rows(PackedFormat f, const float* x, int64_t tokens, int64_t cols, const float* scales,
+                   PackedTensor& out);
+
 // ---- weights, repacked at load time ------------------------------------------------------
 
 // 64-byte aligned storage (one cache line = one kernel step of a 16-row block).

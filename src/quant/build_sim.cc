@@ -127,18 +127,25 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
   std::shared_ptr<const KvPrefix> fp_prefix;
   if (px.on() && px.source == PrefixSim::Source::Fp)
     fp_prefix = KvPrefix::compute(rotated, px.tokens, [&cfg](Forward& f) { attach_online_rotation(f, cfg.rotate); });
+  // 1b. CrossQuant's static column maxima (they fold into the weights, so before steps 2 and 3).
+  if (cfg.act_cross_static()) {
+    const auto t = Clock::now();
+    sm.cross = calibrate_cross_columns(rotated, cfg, calib, fp_prefix, progress, report);
+    report["cross_columns"]["seconds"] = round4(seconds_since(t));
+  }
+  const CrossFolds* folds = sm.cross.empty() ? nullptr : &sm.cross;
   // 2. Weight clip grid search on the fp (rotated) model.
   if (cfg.weight_clip_grid()) {
     const auto t = Clock::now();
-    sm.weight_clip = search_weight_clips(rotated, cfg, calib, fp_prefix, progress, report);
+    sm.weight_clip = search_weight_clips(rotated, cfg, calib, fp_prefix, progress, report, folds);
     report["weights"]["seconds"] = round4(seconds_since(t));
   }
-  // 3. Weights fake-quantized (fixed ratio or the chosen ones).
-  sm.model = fake_quantize_weights(rotated, cfg, sm.weight_clip.empty() ? nullptr : &sm.weight_clip);
+  // 3. Weights fake-quantized (fixed ratio or the chosen ones), folded first with CrossQuant's columns.
+  sm.model = fake_quantize_weights(rotated, cfg, sm.weight_clip.empty() ? nullptr : &sm.weight_clip, folds);
   // 4. Static activation / KV scales on the quantized-weight model.
   if (cfg.act_static() || cfg.kv_static()) {
     const auto t = Clock::now();
-    sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report);
+    sm.statics = search_statics(rotated, sm.model, cfg, calib, fp_prefix, progress, report, folds);
     report["static_seconds"] = round4(seconds_since(t));
   }
   // 4b. KVQuant's codebook quantizers, calibrated on the model as it now runs (KV unquantized).
@@ -198,6 +205,8 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
     if (report.contains("weights"))
       sum += fmt::format("weights clip mean {} ({:.1f}% of rows/groups clipped)", report["weights"]["mean_ratio"].get<double>(),
                          100.0 * report["weights"]["clipped_fraction"].get<double>());
+    if (report.contains("cross_columns"))
+      sum += fmt::format("{}CrossQuant columns calibrated (alpha {})", sum.empty() ? "" : "; ", cfg.a.alpha);
     for (const char* part : {"activations", "kv"}) {
       if (!report.contains(part)) continue;
       for (const auto& [site, r] : report[part].items())

@@ -177,9 +177,11 @@ std::vector<std::vector<float>> embed_all(Forward& fwd, std::span<const std::vec
 ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recipe& cfg,
                                     std::span<const std::vector<int32_t>> calib,
                                     const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                    json& report) {
+                                    json& report, const CrossFolds* folds) {
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib);
+  if (!cfg.act_cross_static()) folds = nullptr;
+  SINKQ_ASSERT(!folds || folds->size() == size_t(mc.num_layers) * 4);
   Forward fwd(fp, L, L);  // one sample = one run_layer call
   attach_online_rotation(fwd, cfg.rotate);
   fwd.set_prefix(prefix);  // the body runs behind the fp prefix (null: none); hooks see body rows only
@@ -221,6 +223,12 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
     }
     for (cur = 0; cur < calib.size(); ++cur) fwd.run_layer(l, calib[cur], xs[cur].data());
     for (int h : handles) fwd.hooks().remove(h);
+    if (folds)  // the folded inputs x / b (crossquant.h): what W·diag(b) will see
+      for (int i = 0; i < 4; ++i) {
+        const CrossFold& f = (*folds)[size_t(l) * 4 + size_t(i)];
+        for (int64_t k = 0; k < n; ++k)
+          for (int64_t j = 0; j < feat[i]; ++j) X[i][size_t(k * feat[i] + j)] /= f.b[size_t(j)];
+      }
 
     const LayerWeights& lw = fp->weights().layers[size_t(l)];
     json lm = json::array(), le = json::array();
@@ -235,6 +243,7 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
       const Mat& m = lw.mat(i);
       std::vector<float> W(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, W.data(), W.size());
+      if (folds) cross_fold_weight((*folds)[size_t(l) * 4 + size_t(kLinearRoles[i].input)], W.data(), m.rows, m.cols);
       WeightClipResult r = search_weight_clip(ws, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid);
       double mean = 0, chosen = 0, r1 = 0;
       const size_t entries = r.ratios.r.size();
@@ -277,6 +286,58 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
   return out;
 }
 
+CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe& cfg,
+                                   std::span<const std::vector<int32_t>> calib,
+                                   const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
+                                   json& report) {
+  SINKQ_CHECK(cfg.act_cross_static(), "calibrate_cross_columns: the recipe has no static CrossQuant columns");
+  const ModelConfig& mc = fp->config();
+  const int64_t L = max_len(calib);
+  // Decision: the column maxima come from the fp (rotated) model, not layer by layer from the
+  // quantized one: the fold must be known before any weight is quantized (the clip search and the
+  // weights use W·diag(b)), and a column maximum is robust to the small input shifts quantizing
+  // earlier layers causes (values above it clamp, as the static mode's definition says).
+  Forward fwd(fp, L, L);
+  attach_online_rotation(fwd, cfg.rotate);
+  fwd.set_prefix(prefix);  // body rows only: the prefix's own rows never reach the linears
+  std::vector<std::vector<float>> cmax(size_t(mc.num_layers) * 4);
+  for (int l = 0; l < mc.num_layers; ++l)
+    for (int s = 0; s < 4; ++s) {
+      auto& c = cmax[size_t(l) * 4 + size_t(s)];
+      fwd.hooks().add(kLinearInputSites[s], l, [&c](SiteView& v) {
+        if (c.empty()) c.assign(size_t(v.features), 0.0f);
+        for (int64_t t = 0; t < v.tokens; ++t)
+          for (int64_t j = 0; j < v.features; ++j) {
+            const float a = std::fabs(v.row(t)[j]);
+            SINKQ_CHECK(std::isfinite(a), "CrossQuant column calibration: non-finite value {} at layer {} site {} "
+                        "feature {}", v.row(t)[j], v.layer, site_name(v.site), j);
+            c[size_t(j)] = std::max(c[size_t(j)], a);
+          }
+      });
+    }
+  for (size_t k = 0; k < calib.size(); ++k) {
+    fwd.reset();
+    fwd.step(calib[k], /*all_logits=*/false);
+    if (progress) progress("CrossQuant column maxima, sample", int(k + 1), int(calib.size()));
+  }
+  CrossFolds out;
+  json mean_b = json::array();
+  for (int l = 0; l < mc.num_layers; ++l) {
+    json row = json::array();
+    for (int s = 0; s < 4; ++s) {
+      out.push_back(make_cross_fold(cfg.a.bits, cfg.a.alpha, std::move(cmax[size_t(l) * 4 + size_t(s)])));
+      double m = 0;
+      for (float b : out.back().b) m += std::log(double(b));
+      row.push_back(round4(std::exp(m / double(out.back().b.size()))));
+    }
+    mean_b.push_back(row);
+  }
+  report["cross_columns"] = {{"alpha", cfg.a.alpha},
+                             {"sites", {"attn_in", "o_in", "mlp_in", "down_in"}},
+                             {"geomean_fold_factor_per_layer", mean_b}};
+  return out;
+}
+
 namespace {
 
 // The state of one static site during the search, read by its hook.
@@ -293,7 +354,7 @@ struct Slot {
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
                                         const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
                                         const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                        json& report) {
+                                        json& report, const CrossFolds* folds) {
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib), H = mc.hidden_size;
   Forward ffp(fp, L, L), fq(qmodel, L, L);
@@ -302,7 +363,7 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
   // Both the quantized block and its fp target attend to the same fp prefix (null: none).
   ffp.set_prefix(prefix);
   fq.set_prefix(prefix);
-  attach_dynamic_hooks(fq, cfg);  // non-searched quantizers stay on throughout
+  attach_dynamic_hooks(fq, cfg, folds);  // non-searched quantizers stay on throughout
 
   std::vector<Site> order;
   for (Site s : {Site::AttnIn, Site::K, Site::V, Site::OIn, Site::MlpIn, Site::DownIn})

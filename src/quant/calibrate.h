@@ -90,16 +90,26 @@ std::vector<int64_t> select_rows(int64_t total, int64_t max_rows);
 double round4(double v);
 // The weight clip grid search of every matrix whose resolved setting asks for it (build_sim step
 // 2), on the fp (rotated) model `fp` behind `prefix`; adds "weights" to report.
+// With folds (CrossQuant static columns) each matrix is searched as it will be quantized: W·diag(b)
+// against its folded inputs x / b.
 ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recipe& cfg,
                                     std::span<const std::vector<int32_t>> calib,
                                     const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                    nlohmann::json& report);
+                                    nlohmann::json& report, const CrossFolds* folds = nullptr);
+// CrossQuant's static column maxima (build_sim step 1b): the column abs-max of every linear input
+// site over the calibration samples run through the fp (rotated) model `fp` behind `prefix`,
+// folded (make_cross_fold with cfg.a.bits / alpha); adds "cross_columns" to report.
+CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe& cfg,
+                                   std::span<const std::vector<int32_t>> calib,
+                                   const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
+                                   nlohmann::json& report);
 // The static activation / KV block-output searches (build_sim step 4) on the quantized-weight
 // model `qmodel`, targets from `fp`; adds "activations" / "kv" to report.
+// folds: cfg.act_cross_static()'s (qmodel's weights are folded with them).
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
                                         const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
                                         const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                        nlohmann::json& report);
+                                        nlohmann::json& report, const CrossFolds* folds = nullptr);
 
 // Whether cfg quantizes site s statically (attn_in/o_in/mlp_in/down_in: static activations;
 // k/v: static KV), and the QuantSpec of that site (clip_ratio 1; the search sets it).
@@ -107,9 +117,12 @@ bool static_site(const Recipe& cfg, Site s);
 QuantSpec static_spec(const Recipe& cfg, Site s, const ModelConfig& mc);
 // The dynamic activation (per-token, CrossQuant) and dynamic KV hooks of cfg; static parts are
 // left out (SimModel::attach adds them with their Params). No validation, no rotation.
-std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg);
+// CrossQuant with static columns needs its folds (the hook feeds the folded weights ẑ); without
+// them it is a sinkq::Error.
+std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg, const CrossFolds* folds = nullptr);
 // The same hooks on a hook table of their own (the training forward runs them: build_sim's
 // IntactKV+Cal step).
-std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg);
+std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg,
+                                      const CrossFolds* folds = nullptr);
 
 }  // namespace sinkq::quant

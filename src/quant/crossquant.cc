@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cfenv>
+#include <cfloat>
 #include <cmath>
 
 #include "core/error.h"
@@ -43,6 +44,72 @@ void validate(const CrossQuantSpec& s) {
 float crossquant_scale(const CrossQuantSpec& spec, float t, float c) {
   const float qm = float((1 << (spec.bits - 1)) - 1);
   return scale_from(row_factor(t, spec.alpha), col_factor(c, spec.alpha), qm);
+}
+
+float cross_fold_factor(float c, float alpha) {
+  return c >= FLT_MIN ? float(col_factor(c, alpha)) : 1.0f;
+}
+
+float cross_token_scale(int bits, float alpha, float row_absmax) {
+  const float qm = float((1 << (bits - 1)) - 1);
+  return detail::guard_scale(float(row_factor(row_absmax, alpha)) / qm);
+}
+
+CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max) {
+  validate(CrossQuantSpec{bits, alpha, ColumnMode::Static});
+  SINKQ_CHECK(!col_max.empty(), "crossquant fold: no column maxima");
+  CrossFold f;
+  f.bits = bits;
+  f.alpha = alpha;
+  f.b.resize(col_max.size());
+  for (size_t j = 0; j < col_max.size(); ++j) {
+    SINKQ_CHECK(std::isfinite(col_max[j]) && col_max[j] >= 0.0f,
+                "crossquant fold: column_max[{}] = {} must be finite and >= 0", j, col_max[j]);
+    f.b[j] = cross_fold_factor(col_max[j], alpha);
+  }
+  f.col_max = std::move(col_max);
+  return f;
+}
+
+namespace {
+
+// The folded rule row by row: emit(i, j, level, s_i) with level = clamp(rne(fl32(x / b_j) / s_i)).
+template <class Emit>
+void fold_rows(const CrossFold& f, const float* x, int64_t rows, int64_t cols, Emit&& emit) {
+  SINKQ_CHECK(cols == f.cols(), "crossquant fold: tensor has {} columns, the fold has {}", cols, f.cols());
+  SINKQ_CHECK(rows >= 0, "crossquant fold: rows = {} is negative", rows);
+  SINKQ_ASSERT(std::fegetround() == FE_TONEAREST);
+  const float qm = float((1 << (f.bits - 1)) - 1);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = x + i * cols;
+    float t = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) {
+      const float a = std::fabs(row[j]);
+      SINKQ_CHECK(std::isfinite(a), "crossquant: non-finite value {} at row {}, col {}", row[j], i, j);
+      t = std::max(t, a);
+    }
+    const float s = cross_token_scale(f.bits, f.alpha, t);
+    for (int64_t j = 0; j < cols; ++j) emit(i, j, detail::level(row[j] / f.b[size_t(j)], s, -qm - 1.0f, qm), s);
+  }
+}
+
+}  // namespace
+
+void cross_fold_quantize(const CrossFold& f, const float* x, int64_t rows, int64_t cols, int8_t* q, float* s) {
+  fold_rows(f, x, rows, cols, [&](int64_t i, int64_t j, float lev, float si) {
+    if (q) q[i * cols + j] = int8_t(int(lev));
+    s[i] = si;
+  });
+}
+
+void cross_fold_apply(const CrossFold& f, float* x, int64_t rows, int64_t cols) {
+  fold_rows(f, x, rows, cols, [&](int64_t i, int64_t j, float lev, float si) { x[i * cols + j] = si * lev; });
+}
+
+void cross_fold_weight(const CrossFold& f, float* w, int64_t rows, int64_t cols) {
+  SINKQ_CHECK(cols == f.cols(), "crossquant fold: weight has {} input columns, the fold has {}", cols, f.cols());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols; ++j) w[r * cols + j] *= f.b[size_t(j)];
 }
 
 CrossQuantizer::CrossQuantizer(const CrossQuantSpec& spec, int64_t cols) : spec_(spec), cols_(cols) {
@@ -90,6 +157,11 @@ void CrossQuantizer::run(const float* x, int64_t rows, int64_t cols, Emit&& emit
   SINKQ_CHECK(mode != ColumnMode::Static || calibrated_,
               "crossquant: column mode 'static' needs calibrate() or set_column_max() first");
 
+  if (mode == ColumnMode::Static) {  // the folded rule's codes, unfolded: x̂ = fl32(b_j · s_i) · q
+    const CrossFold f = make_cross_fold(spec_.bits, alpha, cal_c_);
+    fold_rows(f, x, rows, cols, [&](int64_t i, int64_t j, float lev, float si) { emit(i, j, lev, f.b[size_t(j)] * si); });
+    return;
+  }
   // c^(1-α) per column for the column maxima in force.
   std::vector<float> c;
   if (mode == ColumnMode::PerCall) {
@@ -97,7 +169,7 @@ void CrossQuantizer::run(const float* x, int64_t rows, int64_t cols, Emit&& emit
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t j = 0; j < cols; ++j) c[size_t(j)] = std::max(c[size_t(j)], std::fabs(x[i * cols + j]));
   } else {
-    c = mode == ColumnMode::Static ? cal_c_ : run_c_;
+    c = run_c_;
   }
   std::vector<double> cf(static_cast<size_t>(cols));
   for (int64_t j = 0; j < cols; ++j) cf[size_t(j)] = col_factor(c[size_t(j)], alpha);

@@ -13,8 +13,9 @@
 // so generation needs column maxima that do not come from the element being quantized:
 //   Static     (default) c = column abs-max over calibration data, frozen. Causal, identical in
 //              prefill and decode, and deployable: c^(1-α) is a per-channel factor that folds into
-//              the next weight (SmoothQuant-style), leaving a per-token int8 GEMM. Values above c_j
-//              at inference are clamped.
+//              the next weight (SmoothQuant-style), leaving a per-token int8 GEMM (CrossFold below:
+//              its codes are the folded rule's, so the simulator and the kernels share them).
+//              Values above c_j at inference are clamped.
 //   RunningMax c_j = max over the rows of this sequence so far, INCLUDING the row being quantized,
 //              row by row (causal: row i never sees rows after it), started from the calibrated c
 //              if there is one (else from 0, so the first token is nearly lossless). Row-by-row
@@ -45,6 +46,42 @@ void validate(const CrossQuantSpec& spec);  // throws naming "bits" / "alpha"
 
 // The element-wise scale s_ij from t_i, c_j (exposed for tests and kernels).
 float crossquant_scale(const CrossQuantSpec& spec, float t, float c);
+
+// ---- static column maxima, folded into the weights (the form the integer kernels run) --------
+//
+// With frozen column maxima c the column factor is a constant per input feature, so it moves into
+// the consuming linear's weights before they are quantized (issue 19 goal 5), and what is left
+// is a per-token quantization with the CrossQuant token factor:
+//   b_j  = fl32(c_j^(1-α))  (pow in double, one rounding; b_j = 1 where c_j < FLT_MIN: a column
+//          calibration never saw nonzero is not folded)
+//   W'   = W · diag(b)      (every linear the site feeds; then the weight quantizer as usual)
+//   t_i  = max_j |x_ij|,  s_i = guard(fl32(t_i^α) / (2^(N-1) - 1))
+//   z_ij = fl32(x_ij / b_j),  q_ij = clamp(rne(z_ij / s_i), -2^(N-1), 2^(N-1) - 1),  ẑ_ij = s_i · q_ij
+// and the linear computes ẑ · Ŵ'ᵀ = Σ_j s_i q_ij · Q(W b)_oj: an integer GEMM with one scale per
+// token. Against the element-wise rule above the codes differ only where fl32 rounding of
+// x / (t^α c^(1-α) / qmax) taken in two steps lands on the other side of a rounding boundary; the
+// weights differ by design (W·diag(b) is quantized, not W). α = 1 gives b = 1, s_i = t_i / qmax:
+// dynamic per-token quantization bit for bit. Decision (docs/quant.md): the fold is the only
+// deployable form — an element-wise scale has no integer GEMM — so Static means this rule
+// everywhere (CrossQuantizer's Static mode gives the same codes, unfolded: x̂ = (b_j · s_i) · q).
+struct CrossFold {
+  int bits = 8;
+  float alpha = 0.15f;
+  std::vector<float> col_max;  // c: calibrated column abs-max, [cols]
+  std::vector<float> b;        // the fold factors, [cols]
+  int64_t cols() const { return int64_t(b.size()); }
+};
+// Validates bits / alpha (as CrossQuantSpec) and c (finite, >= 0, non-empty); computes b.
+CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max);
+float cross_fold_factor(float c, float alpha);                  // b_j
+float cross_token_scale(int bits, float alpha, float row_absmax);  // s_i
+// The folded quantizer of x[rows, cols] (fold.cols() columns): codes q (nullable) and the token
+// scales s[rows]. Throws sinkq::Error naming the row and column of a non-finite input.
+void cross_fold_quantize(const CrossFold& fold, const float* x, int64_t rows, int64_t cols, int8_t* q, float* s);
+// x ← ẑ in place (the linear's input in the folded basis: what the simulator's hook feeds W').
+void cross_fold_apply(const CrossFold& fold, float* x, int64_t rows, int64_t cols);
+// w[rows, cols] ← w · diag(b) (fp32 products), the fold of one consuming weight matrix.
+void cross_fold_weight(const CrossFold& fold, float* w, int64_t rows, int64_t cols);
 
 // One quantizer per (site, layer): holds the calibrated and running column maxima.
 class CrossQuantizer {

@@ -149,6 +149,7 @@ std::string Recipe::calibration_needed_by() const {
   auto add = [&s](const std::string& w) { s += (s.empty() ? "" : ", ") + w; };
   if (weight_clip_grid()) add("--w-clip grid");
   if (act_static()) add("--a-quant static");
+  if (act_cross_static()) add("--a-cross-cols static");
   if (kv_static()) add("--kv-quant static");
   if (kv.vector_calibrated()) add(fmt::format("--kv-codebook {}", kv_codebook_name(kv.codebook)));
   if (finetune.on()) add("--finetune blockwise");
@@ -175,8 +176,15 @@ void Recipe::validate() const {
               "--a-clip applies to --a-quant static only (dynamic scales are not clipped)");
   SINKQ_CHECK(a.mode != ActMode::Cross || a.symmetric,
               "--a-asym: CrossQuant (--a-quant cross) is symmetric by definition");
-  SINKQ_CHECK(a.mode != ActMode::Cross || a.cross_columns != ColumnMode::Static,
-              "CrossQuant with static column maxima (--a-cross-cols) is not implemented; use per_call or running_max");
+  // Static column maxima fold into the weights (crossquant.h CrossFold). The two training stages
+  // model the element-wise rule's quantizers (train/grad_layer.h), not a folded basis: refused
+  // rather than trained on something else than what runs.
+  SINKQ_CHECK(!act_cross_static() || !finetune.on(),
+              "--finetune blockwise with --a-cross-cols static is not implemented: the trained block does not fold the "
+              "column factors into its weights; fine-tune with --a-quant static or dynamic");
+  SINKQ_CHECK(!act_cross_static() || prefix.train_epochs == 0,
+              "--prefix-train with --a-cross-cols static is not implemented: IntactKV+Cal's training model does not "
+              "fold the column factors into its weights; train the prefix with --a-quant static or dynamic");
   SINKQ_CHECK(kv.mode == KvMode::Static || (kv.clip_grid && kv.clip == 1.0f) || !kv.on(),
               "--kv-clip applies to --kv-quant static only (dynamic scales are not clipped)");
   SINKQ_CHECK(kv.mode != KvMode::Static || kv.granularity != KvGranularity::Token || !kv.on(),

@@ -104,7 +104,8 @@ struct ActSim {
   float alpha = 0.15f;     // Cross only: 0 <= α <= 1 (1 = per-token)
   // Cross only: where column maxima come from. PerCall (default) = over the rows of one forward
   // call, the paper's whole-sequence evaluation (not causal within a window); RunningMax = causal
-  // running max, restarted at position 0. Static column maxima are not implemented.
+  // running max, restarted at position 0; Static = calibrated (needs --calib) and folded into the
+  // weights (crossquant.h CrossFold): the form the packed runtime runs.
   ColumnMode cross_columns = ColumnMode::PerCall;
   // Static only: the clip ratio of the per-tensor scale, searched on the block output (default)
   // or fixed (1 = plain max calibration).
@@ -339,10 +340,12 @@ struct Recipe {
   bool any() const { return weights_on() || a.on() || kv.on() || head.on(); }
   bool act_static() const { return a.on() && a.mode == ActMode::Static; }
   bool kv_static() const { return kv.on() && kv.mode == KvMode::Static; }
-  // Whether build_sim needs calibration samples: weight clip grid, static activations or KV, a
-  // calibrated KV codebook quantizer, training.
+  // CrossQuant with calibrated column maxima folded into the weights (crossquant.h CrossFold).
+  bool act_cross_static() const { return a.on() && a.mode == ActMode::Cross && a.cross_columns == ColumnMode::Static; }
+  // Whether build_sim needs calibration samples: weight clip grid, static activations or KV,
+  // CrossQuant's static column maxima, a calibrated KV codebook quantizer, training.
   bool needs_calibration() const {
-    return weight_clip_grid() || act_static() || kv_static() || kv.vector_calibrated() || prefix.train_epochs > 0 ||
+    return weight_clip_grid() || act_static() || act_cross_static() || kv_static() || kv.vector_calibrated() || prefix.train_epochs > 0 ||
            finetune.on();
   }
   // The flags that make it need calibration, e.g. "--w-clip grid, --a-quant static" ("" if none).

@@ -146,10 +146,12 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
 
 namespace {
 // m widened to fp32 and fake-quantized under ws (clip: per-(row, group) ratios, or null), owned by w.
-Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const ClipRatios* clip = nullptr) {
+Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const ClipRatios* clip = nullptr,
+                   const CrossFold* fold = nullptr) {
   std::vector<float> buf(size_t(m.rows * m.cols));
   to_f32(m.dtype, m.data, buf.data(), buf.size());
-  fake_quant_weight(ws, buf.data(), m.rows, m.cols, clip);
+  if (fold) cross_fold_weight(*fold, buf.data(), m.rows, m.cols);
+  if (ws.on()) fake_quant_weight(ws, buf.data(), m.rows, m.cols, clip);
   Mat q = m;
   q.data = w.own(std::move(buf));
   q.dtype = DType::F32;
@@ -158,12 +160,17 @@ Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const Cli
 }  // namespace
 
 std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> base,
-                                                   const Recipe& cfg, const ModelClipRatios* clips) {
+                                                   const Recipe& cfg, const ModelClipRatios* clips,
+                                                   const CrossFolds* folds) {
   SINKQ_ASSERT(base != nullptr);
   cfg.validate();
-  if (!cfg.weights_on() && !cfg.head.on()) return base;
   const ModelWeights& src = base->weights();
   const int num_layers = int(src.layers.size());
+  SINKQ_CHECK(!cfg.act_cross_static() || (folds && folds->size() == size_t(num_layers) * 4),
+              "--a-cross-cols static needs the calibrated column maxima of every layer and linear input ({} given for {} "
+              "layers): use build_sim with --calib", folds ? folds->size() : 0, num_layers);
+  if (!cfg.act_cross_static()) folds = nullptr;
+  if (!cfg.weights_on() && !cfg.head.on() && !folds) return base;
   cfg.check_layers(num_layers);
   SINKQ_CHECK(!cfg.weight_clip_grid() || clips != nullptr,
               "--w-clip grid needs the searched ratios (calibration data, --calib): use build_sim");
@@ -179,11 +186,12 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
     LayerWeights& L = w.layers[size_t(l)];
     for (int i = 0; i < kNumLinearRoles; ++i) {
       const WeightSim ws = cfg.weights(l, i, num_layers);
-      if (!ws.on()) continue;  // a weight rule keeps this matrix as it is (shared with base)
+      const CrossFold* fold = folds ? &(*folds)[size_t(l) * 4 + size_t(kLinearRoles[i].input)] : nullptr;
+      if (!ws.on() && !fold) continue;  // a weight rule keeps this matrix as it is (shared with base)
       // The searched ratios of this matrix (an empty entry: a rule gave it a fixed ratio).
-      const ClipRatios* r = clips ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
+      const ClipRatios* r = clips && ws.on() ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
       if (r && r->r.empty() && !ws.clip_grid) r = nullptr;
-      L.mat(i) = fake_quant_mat(ws, L.mat(i), w, r);
+      L.mat(i) = fake_quant_mat(ws, L.mat(i), w, r, fold);
     }
   }
   if (cfg.head.on()) {  // the int8 table: one for both when tied (recipe.h HeadSim)
@@ -212,18 +220,31 @@ SiteFn cross_hook(CrossQuantSpec spec) {
   };
 }
 
-}  // namespace
-
-std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg) {
-  return attach_dynamic_hooks(fwd.hooks(), fwd.model().config(), cfg);
+// CrossQuant's static columns at one (site, layer): x ← ẑ, the input of the folded weights.
+// A copy of the fold: the hooks may outlive the caller's table.
+SiteFn cross_fold_hook(const CrossFold& fold) {
+  return [f = std::make_shared<const CrossFold>(fold)](SiteView& v) { cross_fold_apply(*f, v.data, v.tokens, v.features); };
 }
 
-std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg) {
+}  // namespace
+
+std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg, const CrossFolds* folds) {
+  return attach_dynamic_hooks(fwd.hooks(), fwd.model().config(), cfg, folds);
+}
+
+std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg,
+                                      const CrossFolds* folds) {
   std::vector<int> handles;
+  if (cfg.act_cross_static())
+    SINKQ_CHECK(folds && folds->size() == size_t(mc.num_layers) * 4,
+                "--a-cross-cols static needs the calibrated column maxima of every layer and linear input ({} given "
+                "for {} layers): use build_sim with --calib", folds ? folds->size() : 0, mc.num_layers);
   if (cfg.a.on() && cfg.a.mode != ActMode::Static) {
     for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn}) {
       for (int l = 0; l < mc.num_layers; ++l) {
-        if (cfg.a.mode == ActMode::Cross) {
+        if (cfg.act_cross_static()) {
+          handles.push_back(hooks.add(s, l, cross_fold_hook((*folds)[size_t(l) * 4 + size_t(linear_input_index(s))])));
+        } else if (cfg.a.mode == ActMode::Cross) {
           handles.push_back(hooks.add(s, l, cross_hook(CrossQuantSpec{cfg.a.bits, cfg.a.alpha, cfg.a.cross_columns})));
         } else {
           QuantSpec spec;
@@ -248,6 +269,8 @@ std::vector<int> attach(Forward& fwd, const Recipe& cfg) {
   cfg.validate();
   SINKQ_CHECK(!cfg.act_static(), "--a-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.kv_static(), "--kv-quant static needs calibrated scales (--calib): use build_sim / SimModel::attach");
+  SINKQ_CHECK(!cfg.act_cross_static(),
+              "--a-cross-cols static needs calibrated column maxima (--calib): use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.rotate.on, "--rotate needs the rotated model and its online rotations: use build_sim / SimModel::attach");
   SINKQ_CHECK(!cfg.kv.vector(), "--kv-codebook {} needs its calibrated ranges and levels: use build_sim / SimModel::attach",
               kv_codebook_name(cfg.kv.codebook));
@@ -265,7 +288,7 @@ std::vector<int> SimModel::attach_hooks(Forward& fwd, bool kv_codecs) const {
               "(the rotated, weight-quantized model its hooks belong to)");
   cfg.validate();
   std::vector<int> handles = attach_online_rotation(fwd, cfg.rotate);
-  for (int h : attach_dynamic_hooks(fwd, cfg)) handles.push_back(h);
+  for (int h : attach_dynamic_hooks(fwd, cfg, &cross)) handles.push_back(h);
   for (const StaticQuant& q : statics) {
     SINKQ_ASSERT(static_site(cfg, q.site));
     handles.push_back(fwd.hooks().add(q.site, q.layer, [spec = q.spec, p = q.params](SiteView& v) {

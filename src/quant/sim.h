@@ -79,16 +79,24 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
 // Chosen clip ratios of every matrix: [layer][q, k, v, o, gate, up, down].
 using ModelClipRatios = std::vector<std::vector<ClipRatios>>;
 
+// CrossQuant's static column maxima, folded (crossquant.h CrossFold): one per (layer, linear
+// input site), [layer * 4 + linear_input_index(site)] (attn_in, o_in, mlp_in, down_in). Empty
+// unless recipe.act_cross_static().
+using CrossFolds = std::vector<CrossFold>;
+
 
 // A model whose q/k/v/o/gate/up/down matrices are widened to fp32 and fake-quantized (owned), and
 // with cfg.head on its embeddings / lm_head too (one table when tied); the rest (norms, biases,
 // an fp head) is shared with `base`, which the result keeps alive.
 // With weights off it returns `base` itself (same object: logits bit-identical). Does not rotate
 // (build_sim does). With cfg.w.clip_grid the searched ratios must be given (else an error naming
-// --w-clip and --calib).
+// --w-clip and --calib). With cfg.act_cross_static() the folds must be given: every linear's
+// weights are multiplied by its input site's b (crossquant.h), then fake-quantized (or, where a
+// weight rule leaves a matrix unquantized, kept folded in fp32).
 std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> base,
                                                    const Recipe& cfg,
-                                                   const ModelClipRatios* clips = nullptr);
+                                                   const ModelClipRatios* clips = nullptr,
+                                                   const CrossFolds* folds = nullptr);
 
 // Registers the dynamic activation and KV hooks of `cfg` on fwd.hooks() (validates cfg first).
 // Returns the hook handles (for SiteHooks::remove). Nothing is registered for parts that are off.
@@ -113,6 +121,7 @@ struct SimModel {
   Recipe cfg;
   ModelClipRatios weight_clip;       // empty unless cfg.w.clip_grid
   std::vector<StaticQuant> statics;  // static activation / KV quantizers, forward order per layer
+  CrossFolds cross;                  // CrossQuant's folded static column maxima (cfg.act_cross_static())
   std::vector<KvQuantLayer> kvq;     // per layer: the K and V codebook quantizers (cfg.kv.vector())
   // The KV prefix every Forward of this model runs behind (null = none): cfg.prefix.tokens run
   // through the rotated fp model (source Fp) or through this quantized model (source Quant).

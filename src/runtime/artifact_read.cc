@@ -201,10 +201,13 @@ QuantizedModel load_artifact(const std::string& dir) {
   w.final_norm = L.f32(w, want("model.norm.weight"), H);
   const bool act_static = qm.cfg.act_static();
   std::vector<quant::StaticQuant> statics;  // activation and KV params, as build_sim's
+  const bool act_cross = qm.cfg.act_cross_static();
+  quant::CrossFolds cross;  // CrossQuant's folds, [layer * 4 + site]
   ActScheme as;
   as.bits = qm.cfg.a.bits;
   as.mode = qm.cfg.a.mode;
   if (act_static) as.scales.resize(1);
+  if (act_cross) as.cross.push_back(quant::make_cross_fold(qm.cfg.a.bits, qm.cfg.a.alpha, {1.0f}));  // format only
   const lowbit::PackedFormat act = activation_format(as);
   // The width of each linear input (the in-dimension of the roles it feeds).
   int64_t input_width[4] = {};
@@ -237,6 +240,21 @@ QuantizedModel load_artifact(const std::string& dir) {
         sq.spec.bits = q.bits;
         sq.spec.granularity = quant::Granularity::PerTensor;
         statics.push_back(std::move(sq));
+      }
+    }
+    std::shared_ptr<const quant::CrossFold> folds[4];
+    if (act_cross) {
+      for (int s = 0; s < 4; ++s) {
+        const std::string n = fmt::format("{}{}.cross_col_max", p, site_name(kLinearInputSites[s]));
+        const TensorInfo& t = L.tensor(want(n), "F32", {input_width[s]});
+        std::vector<float> c(size_t(input_width[s]));
+        std::memcpy(c.data(), t.data, c.size() * 4);
+        try {
+          cross.push_back(quant::make_cross_fold(qm.cfg.a.bits, qm.cfg.a.alpha, std::move(c)));
+        } catch (const Error& e) {
+          fail("{}: tensor '{}': {}", L.tensors_path, n, e.what());
+        }
+        folds[s] = std::make_shared<const quant::CrossFold>(cross.back());
       }
     }
     for (int i = 0; i < kNumLinearRoles; ++i) {
@@ -285,7 +303,7 @@ QuantizedModel load_artifact(const std::string& dir) {
       try {
         lw.impl_of(i) = std::make_shared<const PackedLinear>(
             base + ".weight", rows, cols, std::move(blocks), act,
-            act_static ? act_params[kLinearRoles[i].input] : quant::Params{});
+            act_static ? act_params[kLinearRoles[i].input] : quant::Params{}, folds[kLinearRoles[i].input]);
       } catch (const Error& e) {
         fail("{}: {}", L.tensors_path, e.what());
       }
@@ -347,7 +365,7 @@ QuantizedModel load_artifact(const std::string& dir) {
     qm.kv_codebook = std::move(cs);
   }
   try {
-    qm.rt = runtime_config(qm.cfg, statics);  // as build_quantized derives it
+    qm.rt = runtime_config(qm.cfg, statics, cross);  // as build_quantized derives it
     if (qm.kv_codebook) {
       codebook_cache(mc, /*capacity=*/1, *qm.kv_codebook);  // the quantizers against the model
     } else if (qm.cfg.kv.on()) {

@@ -187,6 +187,12 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
   for (const StaticActScale& e : qm.rt.a.scales)
     tl.add_copy(fmt::format("{}{}.act_scale", layer_prefix(e.layer), site_name(e.site)), DType::F32, {1},
                 std::vector<float>{e.params.scale.at(0)});
+  // CrossQuant's static column maxima (b follows from them and the recipe's alpha).
+  for (size_t k = 0; k < qm.rt.a.cross.size(); ++k) {
+    const quant::CrossFold& f = qm.rt.a.cross[k];
+    tl.add_copy(fmt::format("{}{}.cross_col_max", layer_prefix(int(k / 4)), site_name(kLinearInputSites[k % 4])),
+                DType::F32, {f.cols()}, f.col_max);
+  }
   // Static KV params (their layout follows from the recipe and config.json: artifact_read.cc).
   if (qm.kv)
     for (const quant::StaticQuant& q : qm.kv->statics) {

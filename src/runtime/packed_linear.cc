@@ -96,15 +96,23 @@ void RuntimeConfig::validate() const {
               "int4 activation codes; quantize activations to 8 or 4 bits, or use the simulator", w.bits);
   SINKQ_CHECK(a.bits == 8 || a.bits == 4,
               "{}-bit activations cannot run: the lowbit kernels take int8 or int4 activations", a.bits);
-  SINKQ_CHECK(a.mode != ActMode::Cross,
-              "CrossQuant activations cannot run: the lowbit kernels take one scale per token or per tensor "
-              "(a CrossQuant scale varies per element); use the simulator");
+  if (a.mode == ActMode::Cross) {
+    SINKQ_CHECK(!a.cross.empty(),
+                "CrossQuant activations need their folded static column maxima, one per layer and site (attn_in, o_in, "
+                "mlp_in, down_in): an element-wise scale has no integer GEMM; calibrate with --a-cross-cols static");
+    for (const quant::CrossFold& f : a.cross)
+      SINKQ_CHECK(f.bits == a.bits && f.cols() > 0 && f.col_max.size() == f.b.size(),
+                  "a CrossQuant fold of {} bits over {} columns does not fit A{} activations", f.bits, f.cols(), a.bits);
+  } else {
+    SINKQ_CHECK(a.cross.empty(), "{} CrossQuant folds were given for {} activations", a.cross.size(),
+                quant::act_mode_name(a.mode));
+  }
   SINKQ_CHECK(a.symmetric,
               "asymmetric activations cannot run: the lowbit kernels take symmetric activation codes only "
               "(x̂ = s·c, no activation zero point in the integer GEMM)");
-  if (a.mode == ActMode::Dynamic)
-    SINKQ_CHECK(a.scales.empty(), "{} static activation scales were given for dynamic per-token activations",
-                a.scales.size());
+  if (a.mode != ActMode::Static)
+    SINKQ_CHECK(a.scales.empty(), "{} static activation scales were given for {} activations", a.scales.size(),
+                quant::act_mode_name(a.mode));
   else
     SINKQ_CHECK(!a.scales.empty(),
                 "static per-tensor activations need calibrated scales: one per layer and site (attn_in, o_in, "
@@ -116,8 +124,10 @@ std::string RuntimeConfig::describe() const {
   std::string s = fmt::format("W{} {} {}", w.bits, wg, sym_name(w.symmetric));
   if (w.clip != 1.0f) s += fmt::format(" clip={}", w.clip);
   for (const quant::WeightRule& r : weight_rules) s += " | " + r.describe();
-  s += fmt::format(" | A{} {} {}", a.bits, a.mode == ActMode::Dynamic ? "dynamic per-token" : "static per-tensor",
-                   sym_name(a.symmetric));
+  const std::string am = a.mode == ActMode::Dynamic  ? std::string("dynamic per-token")
+                         : a.mode == ActMode::Static ? std::string("static per-tensor")
+                         : fmt::format("CrossQuant static columns alpha={}", a.cross.empty() ? 0.0f : a.cross[0].alpha);
+  s += fmt::format(" | A{} {} {}", a.bits, am, sym_name(a.symmetric));
   if (head8) s += " | head W8A8";
   return s;
 }
@@ -126,7 +136,7 @@ PackedFormat activation_format(const ActScheme& a) {
   RuntimeConfig c;
   c.a = a;
   c.validate();
-  const bool dyn = a.mode == ActMode::Dynamic;
+  const bool dyn = a.mode != ActMode::Static;  // Cross: per-token codes at the token factor's scale
   if (a.bits == 8) return dyn ? PackedFormat::A8_PerToken : PackedFormat::A8_PerTensor;
   return dyn ? PackedFormat::A4_PerToken : PackedFormat::A4_PerTensor;
 }
@@ -148,9 +158,16 @@ std::vector<WeightBlock> weight_blocks(const WeightScheme& ws, int64_t cols, con
   return out;
 }
 
-void PackedLinear::init_activation(PackedFormat act, quant::Params static_params) {
+void PackedLinear::init_activation(PackedFormat act, quant::Params static_params,
+                                   std::shared_ptr<const quant::CrossFold> cross) {
   const lowbit::FormatDesc& at = lowbit::traits(act);
   SINKQ_CHECK(at.role == lowbit::Role::Activation, "{}: {} is not an activation format", name_, at.name);
+  if (cross) {
+    SINKQ_CHECK(at.granularity == quant::Granularity::PerRow && cross->bits == at.bits && cross->cols() == cols_,
+                "{}: a CrossQuant fold of {} bits over {} columns does not fit {} activations on {} columns", name_,
+                cross->bits, cross->cols(), at.name, cols_);
+    cross_ = std::move(cross);
+  }
   SINKQ_CHECK(rows_ > 0 && cols_ > 0, "{}: empty weight matrix [{}, {}]", name_, rows_, cols_);
   SINKQ_CHECK(cols_ <= lowbit::kMaxCols, "{}: {} input columns exceed the integer GEMM's limit of {}", name_, cols_,
               lowbit::kMaxCols);
@@ -168,9 +185,10 @@ void PackedLinear::init_activation(PackedFormat act, quant::Params static_params
 }
 
 PackedLinear::PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
-                           PackedFormat act, quant::Params static_params)
+                           PackedFormat act, quant::Params static_params,
+                           std::shared_ptr<const quant::CrossFold> cross)
     : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
-  init_activation(act, std::move(static_params));
+  init_activation(act, std::move(static_params), std::move(cross));
   std::vector<float> buf;
   for (const WeightBlock& b : weight_blocks(ws, cols, name_)) {
     const float* src = w;
@@ -186,9 +204,10 @@ PackedLinear::PackedLinear(std::string name, const float* w, int64_t rows, int64
 }
 
 PackedLinear::PackedLinear(std::string name, int64_t rows, int64_t cols, std::vector<PlanarBlock> blocks,
-                           PackedFormat act, quant::Params static_params)
+                           PackedFormat act, quant::Params static_params,
+                           std::shared_ptr<const quant::CrossFold> cross)
     : name_(std::move(name)), rows_(rows), cols_(cols), act_(act) {
-  init_activation(act, std::move(static_params));
+  init_activation(act, std::move(static_params), std::move(cross));
   SINKQ_CHECK(!blocks.empty() && blocks.size() <= 2, "{}: {} weight blocks (expected 1, or 2 with a ragged last group)",
               name_, blocks.size());
   int64_t next = 0;
@@ -272,7 +291,26 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
   static thread_local PackedTensor xq, part;
   static thread_local std::vector<float> tmp;
   try {
-    if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
+    if (cross_) {
+      // CrossQuant folded (quant/crossquant.h): the token factor's scales and z = x / b, then the
+      // per-token codes at those scales (the same element rule as quant::cross_fold_quantize).
+      const quant::CrossFold& f = *cross_;
+      tmp.resize(size_t(T * cols_) + size_t(T));
+      float* z = tmp.data();
+      float* s = z + T * cols_;
+      for (int64_t i = 0; i < T; ++i) {
+        const float* xi = x + i * cols_;
+        float* zi = z + i * cols_;
+        float t = 0.0f;
+        for (int64_t j = 0; j < cols_; ++j) {
+          t = std::max(t, std::fabs(xi[j]));
+          zi[j] = xi[j] / f.b[size_t(j)];
+        }
+        SINKQ_CHECK(std::isfinite(t), "non-finite value in token {}", i);
+        s[i] = quant::cross_token_scale(f.bits, f.alpha, t);
+      }
+      lowbit::quantize_rows(act_, z, T, cols_, s, xq);
+    } else if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
       lowbit::quantize_static(act_, x, T, cols_, static_, xq);
     else
       lowbit::quantize_dynamic(act_, x, T, cols_, 1.0f, xq);
@@ -302,7 +340,8 @@ std::string PackedLinear::describe() const {
     w += std::string(lowbit::traits(b.w.format).name);
     if (blocks_.size() > 1) w += fmt::format("[{}:{}]", b.col0, b.col0 + b.cols);
   }
-  return fmt::format("{} [{}, {}]: {} x {}", name_, rows_, cols_, w, lowbit::traits(act_).name);
+  return fmt::format("{} [{}, {}]: {} x {}{}", name_, rows_, cols_, w, lowbit::traits(act_).name,
+                     cross_ ? fmt::format(" (CrossQuant folded, alpha {})", cross_->alpha) : "");
 }
 
 size_t PackedLinear::bytes() const {
@@ -313,7 +352,7 @@ size_t PackedLinear::bytes() const {
 
 PackedFormat head_act_format() {
   const quant::QuantSpec s = quant::HeadSim{}.activations();
-  return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic, .scales = {}});
+  return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic, .scales = {}, .cross = {}});
 }
 
 void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make) {
@@ -357,24 +396,35 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
                     site_name(kLinearInputSites[i]));
   }
 
+  // CrossQuant: one fold per (layer, site), shared by the linears the site feeds.
+  std::vector<std::shared_ptr<const quant::CrossFold>> folds;
+  if (cfg.a.mode == ActMode::Cross) {
+    SINKQ_CHECK(cfg.a.cross.size() == size_t(L) * 4, "CrossQuant activations: {} folds for {} layers (one per layer "
+                "and site: {})", cfg.a.cross.size(), L, size_t(L) * 4);
+    for (const quant::CrossFold& f : cfg.a.cross) folds.push_back(std::make_shared<const quant::CrossFold>(f));
+  }
+
   ModelWeights w;  // empty store: every borrowed pointer points into `base`, kept alive
   w.embed = src.embed;
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
-  // m widened to fp32 and packed under ws (the linears and the int8 head alike).
-  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a,
-                 const quant::Params& sp) -> std::shared_ptr<const LinearImpl> {
+  // m widened to fp32 (and folded with CrossQuant's b) and packed under ws (the linears and the
+  // int8 head alike).
+  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a, const quant::Params& sp,
+                 std::shared_ptr<const quant::CrossFold> fold) -> std::shared_ptr<const LinearImpl> {
     std::vector<float> f32(size_t(m.rows * m.cols));
     to_f32(m.dtype, m.data, f32.data(), f32.size());
-    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, ws, a, sp);
+    if (fold) quant::cross_fold_weight(*fold, f32.data(), m.rows, m.cols);
+    return std::make_shared<const PackedLinear>(m.name, f32.data(), m.rows, m.cols, ws, a, sp, std::move(fold));
   };
   pack_linears(w, [&](int l, int i, const Mat& m) {
-    const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
-    return pack(m, cfg.weights(l, i, L), act, sp ? *sp : quant::Params{});
+    const size_t slot = size_t(l) * 4 + size_t(kLinearRoles[i].input);
+    const quant::Params* sp = table[slot];
+    return pack(m, cfg.weights(l, i, L), act, sp ? *sp : quant::Params{}, folds.empty() ? nullptr : folds[slot]);
   });
   if (cfg.head8)
-    pack_head(w, [&](const Mat& m) { return pack(m, quant::HeadSim{}.weights(), head_act_format(), {}); });
+    pack_head(w, [&](const Mat& m) { return pack(m, quant::HeadSim{}.weights(), head_act_format(), {}, nullptr); });
   return Model::with_weights(std::move(base), std::move(w));
 }
 

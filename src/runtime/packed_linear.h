@@ -38,6 +38,7 @@
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "model/sites.h"
+#include "quant/crossquant.h"
 #include "quant/recipe.h"
 
 namespace sinkq::runtime {
@@ -45,8 +46,10 @@ namespace sinkq::runtime {
 // Weight quantization: the recipe's own WeightSim (bits, group, symmetric, clip; clip_grid has no
 // meaning here: what is packed carries its clip already). The runtime defaults to 8 bits.
 using WeightScheme = quant::WeightSim;
-// Dynamic per token (a*_per_token) or static per tensor (a*_per_tensor, calibrated); Cross
-// (CrossQuant) has no packed format.
+// Dynamic per token (a*_per_token), static per tensor (a*_per_tensor, calibrated), or Cross:
+// CrossQuant with static column maxima folded into the weights (quant/crossquant.h CrossFold),
+// a*_per_token codes at the token factor's scale. CrossQuant with per-call or running column
+// maxima has an element-wise scale and no packed form.
 using ActMode = quant::ActMode;
 
 // Calibrated per-tensor params of one activation site (attn_in, o_in, mlp_in or down_in) of one
@@ -63,6 +66,9 @@ struct ActScheme {
   bool symmetric = true;   // must be true: the integer GEMM has no activation zero points
   ActMode mode = ActMode::Dynamic;
   std::vector<StaticActScale> scales;  // Static: one per (layer, site) of every layer
+  // Cross: one fold per (layer, linear input site), [layer * 4 + linear_input_index(site)] (bits
+  // and alpha of each equal to this scheme's bits and the recipe's alpha).
+  std::vector<quant::CrossFold> cross;
 };
 
 struct RuntimeConfig {
@@ -110,9 +116,12 @@ class PackedLinear final : public LinearImpl {
 
   // Packs w[rows, cols] (fp32, row-major [out, in]) under `ws`. act: an activation format;
   // static_params: its calibrated per-tensor params for per-tensor formats (ignored otherwise).
+  // cross: CrossQuant's fold of this input (per-token formats only): apply() quantizes
+  // x / b at the token factor's scale (crossquant.h), and `w` must already be folded (W·diag(b)).
   // name: for messages (the HF tensor name).
   PackedLinear(std::string name, const float* w, int64_t rows, int64_t cols, const WeightScheme& ws,
-               lowbit::PackedFormat act, quant::Params static_params = {});
+               lowbit::PackedFormat act, quant::Params static_params = {},
+               std::shared_ptr<const quant::CrossFold> cross = nullptr);
   // From already packed weights (an artifact's stored codes, or runtime/quantized_model.h's exact
   // packing): one PackedTensor per column block, in column order, covering [0, cols) without gaps,
   // each a weight format with `rows` rows. Throws sinkq::Error naming `name` otherwise.
@@ -121,7 +130,8 @@ class PackedLinear final : public LinearImpl {
     lowbit::PackedTensor w;
   };
   PackedLinear(std::string name, int64_t rows, int64_t cols, std::vector<PlanarBlock> blocks,
-               lowbit::PackedFormat act, quant::Params static_params = {});
+               lowbit::PackedFormat act, quant::Params static_params = {},
+               std::shared_ptr<const quant::CrossFold> cross = nullptr);
 
   void apply(const float* x, int64_t T, const float* bias, float* y) const override;
   std::string describe() const override;
@@ -137,23 +147,27 @@ class PackedLinear final : public LinearImpl {
   // (exact inverse of lowbit::repack): what an artifact stores.
   lowbit::PackedTensor planar(size_t b) const;
   const quant::Params& static_params() const { return static_; }  // per-tensor formats only
+  const quant::CrossFold* cross() const { return cross_.get(); }   // null unless CrossQuant
   const std::string& name() const { return name_; }
   size_t bytes() const override;  // packed weight bytes (codes, scales, zeros)
 
  private:
   std::string name_;
   int64_t rows_ = 0, cols_ = 0;
-  void init_activation(lowbit::PackedFormat act, quant::Params static_params);
+  void init_activation(lowbit::PackedFormat act, quant::Params static_params,
+                       std::shared_ptr<const quant::CrossFold> cross);
 
   lowbit::PackedFormat act_;
   quant::Params static_;      // per-tensor formats only
+  std::shared_ptr<const quant::CrossFold> cross_;  // CrossQuant's fold (per-token formats), or null
   std::vector<Block> blocks_;  // 1, or 2 with a ragged last group
 };
 
 // The packed model: `base` with a PackedLinear on each of the seven linears of every layer
 // (LayerWeights::impl); everything else is shared with `base`, which the result keeps alive.
 // Static activations: cfg.a.scales must hold exactly one entry per (layer, site) for the sites
-// attn_in, o_in, mlp_in, down_in of every layer. Throws sinkq::Error (naming the matrix, layer or
+// attn_in, o_in, mlp_in, down_in of every layer. Cross: cfg.a.cross one fold per (layer, site), and
+// `base`'s weights are unfolded (fp): each is multiplied by its input's b before it is quantized. Throws sinkq::Error (naming the matrix, layer or
 // site) for anything the kernels cannot run, or when `base` is already packed.
 std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg);
 

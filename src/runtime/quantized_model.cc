@@ -116,7 +116,7 @@ PackedTensor pack_exact(PackedFormat f, const float* w, int64_t rows, int64_t co
 namespace {
 
 RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics,
-                                  bool need_scales) {
+                                  const quant::CrossFolds& cross, bool need_scales) {
   cfg.validate();
   SINKQ_CHECK(cfg.w.on(),
               "unquantized weights (--w-bits 16) cannot run on the packed runtime: it runs int8 / int4 linear layers "
@@ -124,10 +124,11 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
   SINKQ_CHECK(cfg.a.on(),
               "weight-only quantization (W{}A16, fp32 activations) cannot run: the lowbit kernels multiply int8 / "
               "int4 activation codes; quantize activations (--a-bits 8 or 4), or use the simulator", cfg.w.bits);
-  SINKQ_CHECK(cfg.a.mode != quant::ActMode::Cross,
-              "CrossQuant activations (--a-quant cross) cannot run: their per-element scales s_ij = "
-              "rowmax_i^α·colmax_j^(1-α) are neither per-token nor per-tensor, and the integer GEMM fuses only "
-              "those; use --a-quant dynamic or static, or the simulator");
+  SINKQ_CHECK(cfg.a.mode != quant::ActMode::Cross || cfg.a.cross_columns == quant::ColumnMode::Static,
+              "CrossQuant activations with --a-cross-cols {} cannot run: their per-element scales s_ij = "
+              "rowmax_i^α·colmax_j^(1-α) change with every call's column maxima, and the integer GEMM takes one scale "
+              "per token; use --a-cross-cols static (calibrated column maxima folded into the weights, needs --calib), "
+              "or the simulator", quant::column_mode_name(cfg.a.cross_columns));
   // A codebook KV (KVQuant) runs on the CodebookKvStore, checked against the model when it is built.
   if (cfg.kv.on() && !cfg.kv.vector()) {
     // The packed KV cache (packed_kv.h); throws for schemes it cannot store. Static params are
@@ -159,19 +160,30 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
                 q.layer, site_name(q.site), quant::describe(q.spec));
     rt.a.scales.push_back({q.layer, q.site, q.params});
   }
+  if (rt.a.mode == ActMode::Cross) {
+    for (const quant::CrossFold& f : cross)
+      SINKQ_CHECK(f.bits == cfg.a.bits && f.alpha == cfg.a.alpha, "a CrossQuant fold of {} bits, alpha {} for "
+                  "A{} alpha {} activations", f.bits, f.alpha, cfg.a.bits, cfg.a.alpha);
+    rt.a.cross = cross;
+  } else {
+    SINKQ_CHECK(cross.empty(), "CrossQuant folds given for {} activations", quant::act_mode_name(rt.a.mode));
+  }
   RuntimeConfig check = rt;
   if (!need_scales && check.a.mode == ActMode::Static && check.a.scales.empty()) check.a.scales.resize(1);
+  if (!need_scales && check.a.mode == ActMode::Cross && check.a.cross.empty())
+    check.a.cross.push_back(quant::make_cross_fold(cfg.a.bits, cfg.a.alpha, {1.0f}));
   check.validate();
   return rt;
 }
 
 }  // namespace
 
-RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics) {
-  return runtime_config_impl(cfg, statics, /*need_scales=*/true);
+RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics,
+                             const quant::CrossFolds& cross) {
+  return runtime_config_impl(cfg, statics, cross, /*need_scales=*/true);
 }
 
-void check_runnable(const quant::Recipe& cfg) { runtime_config_impl(cfg, {}, /*need_scales=*/false); }
+void check_runnable(const quant::Recipe& cfg) { runtime_config_impl(cfg, {}, {}, /*need_scales=*/false); }
 
 namespace {
 
@@ -215,7 +227,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   SINKQ_ASSERT(sim.model != nullptr);
   QuantizedModel qm;
   qm.cfg = sim.cfg;
-  qm.rt = runtime_config(sim.cfg, sim.statics);
+  qm.rt = runtime_config(sim.cfg, sim.statics, sim.cross);
   if (sim.cfg.kv.vector())
     qm.kv_codebook = CodebookKvScheme::from_sim(sim);
   else if (sim.cfg.kv.on())
@@ -252,8 +264,13 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
                   "packed linears", l);
   // m (values on the grid of ws: the simulator's) packed exactly, block by block (the linears and
   // the int8 head alike).
-  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a,
-                 const quant::Params& sp) -> std::shared_ptr<const LinearImpl> {
+  // CrossQuant: the simulator's weights are folded already; the linears get the fold of their
+  // input for the activation side (one shared object per layer and site).
+  std::vector<std::shared_ptr<const quant::CrossFold>> folds;
+  for (const quant::CrossFold& f : qm.rt.a.cross) folds.push_back(std::make_shared<const quant::CrossFold>(f));
+  SINKQ_CHECK(folds.empty() || folds.size() == size_t(L) * 4, "CrossQuant: {} folds for {} layers", folds.size(), L);
+  auto pack = [](const Mat& m, const WeightScheme& ws, PackedFormat a, const quant::Params& sp,
+                 std::shared_ptr<const quant::CrossFold> fold) -> std::shared_ptr<const LinearImpl> {
     std::vector<float> f32(size_t(m.rows * m.cols));
     to_f32(m.dtype, m.data, f32.data(), f32.size());
     std::vector<PackedLinear::PlanarBlock> blocks;
@@ -269,11 +286,12 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       }
       blocks.push_back({b.col0, pack_exact(b.format, x, m.rows, b.cols, m.name)});
     }
-    return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), a, sp);
+    return std::make_shared<const PackedLinear>(m.name, m.rows, m.cols, std::move(blocks), a, sp, std::move(fold));
   };
   pack_linears(w, [&](int l, int i, const Mat& m) {
-    const quant::Params* sp = table[size_t(l) * 4 + size_t(kLinearRoles[i].input)];
-    return pack(m, qm.rt.weights(l, i, L), act, sp ? *sp : quant::Params{});
+    const size_t slot = size_t(l) * 4 + size_t(kLinearRoles[i].input);
+    const quant::Params* sp = table[slot];
+    return pack(m, qm.rt.weights(l, i, L), act, sp ? *sp : quant::Params{}, folds.empty() ? nullptr : folds[slot]);
   });
   for (LayerWeights& lw : w.layers)
     for (int i = 0; i < kNumLinearRoles; ++i) {
@@ -282,7 +300,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       lw.mat(i).dtype = DType::F32;
     }
   if (sim.cfg.head.on())
-    pack_head(w, [&](const Mat& m) { return pack(m, sim.cfg.head.weights(), head_act_format(), {}); });
+    pack_head(w, [&](const Mat& m) { return pack(m, sim.cfg.head.weights(), head_act_format(), {}, nullptr); });
   qm.model = Model::with_weights(sim.model, std::move(w));
   return qm;
 }

@@ -25,8 +25,11 @@
 // so a written and re-loaded artifact gives the in-memory model's logits bit for bit. Norms and
 // biases always stay fp32.
 //
+// CrossQuant with static columns (--a-cross-cols static): the simulator's weights are folded
+// (W·diag(b)) already; each PackedLinear carries its input's fold for the activation side.
+//
 // Not runnable (sinkq::Error saying what and why, from build_quantized): weight-only (A16),
-// CrossQuant or asymmetric activations, weight formats without a kernel (packed_linear.h), KV
+// CrossQuant with per-call or running column maxima, asymmetric activations, weight formats without a kernel (packed_linear.h), KV
 // schemes the packed cache cannot store (packed_kv.h).
 #pragma once
 
@@ -80,9 +83,10 @@ struct QuantizeOptions {
 };
 
 // The runtime configuration of a simulated one (weights at clip 1, see the top of this file;
-// static activation Params per (layer, site) from statics). Throws sinkq::Error for what the
-// kernels cannot run.
-RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics);
+// static activation Params per (layer, site) from statics; CrossQuant's folds from cross). Throws
+// sinkq::Error for what the kernels cannot run.
+RuntimeConfig runtime_config(const quant::Recipe& cfg, const std::vector<quant::StaticQuant>& statics,
+                             const quant::CrossFolds& cross = {});
 
 // The same checks before anything is calibrated (static scales not needed yet): what a command
 // calls before it loads a model. Throws as runtime_config.

@@ -262,6 +262,42 @@ TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
   EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 1.2e-2 * nll);
 }
 
+// CrossQuant with static column maxima (crossquant.h CrossFold) end to end: the artifact stores the
+// column maxima per layer and site, its packed linears run the folded rule, and its ppl equals the
+// simulator's with the same flags (free-running: 2e-3·NLL as above). The per-call mode cannot run
+// packed (an element-wise scale per call), and static columns need --calib: both errors name the flag.
+TEST(CliQuantize, CrossQuantStaticArtifactRunsAsSimulated) {
+  testing::TempDir tmp;
+  const std::string art = tmp.file("cross");
+  const std::vector<std::string> q{"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross", "--a-alpha", "0.45",
+                                   "--a-cross-cols", "static", "--rotate", "--calib", sample_text(),
+                                   "--calib-samples", "3", "--calib-len", "64"};
+  std::vector<std::string> qa = q;
+  qa.insert(qa.end(), {"--fp-dtype", "f32"});
+  const RunResult r = quantize(art, qa);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("CrossQuant column maxima"), std::string::npos) << "progress on stderr";
+  const json recipe = json::parse(read_file(art + "/sinkq_recipe.json"));
+  EXPECT_EQ(recipe.at("recipe").at("activations").at("columns"), "static");
+  EXPECT_TRUE(recipe.at("tensors").contains("model.layers.0.attn_in.cross_col_max"));
+  EXPECT_TRUE(recipe.at("tensors").contains("model.layers.4.down_in.cross_col_max"));
+  const json packed = ppl(art, {}), sim = ppl(stories(), q);
+  ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
+  EXPECT_EQ(packed.at("runtime"), "packed");
+  const double nll = sim.at("mean_nll").get<double>();
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
+  // Another alpha is another model: the ppl moves by more than the tolerance (the fold is not ignored).
+  std::vector<std::string> q2 = q;
+  q2[7] = "1";
+  EXPECT_GT(std::fabs(ppl(stories(), q2).at("mean_nll").get<double>() - nll), 2e-3 * nll);
+
+  expect_error(quantize(tmp.file("percall"), {"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross"}),
+               {"--a-cross-cols per_call cannot run", "--a-cross-cols static"});
+  expect_error(quantize(tmp.file("nocalib"), {"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross", "--a-cross-cols",
+                                              "static"}),
+               {"--a-cross-cols static", "--calib"});
+}
+
 // With the recent int8 window: the recipe carries it, the artifact's store runs it, and the
 // simulated run (the engine attaches the same store over the simulated model) agrees; the window
 // changes the ppl (it is not ignored on either side).

@@ -106,6 +106,35 @@ TEST(ActQuant, StaticPerTensorEqualsQuantizeToInt) {
   }
 }
 
+// Per-token codes at given scales (CrossQuant's token factor, quant/crossquant.h): each row as
+// quantize_to_int with that row's scale — rows whose scale is below their abs-max / qmax clamp.
+TEST(ActQuant, GivenTokenScalesEqualQuantizeToInt) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(15);
+  std::uniform_real_distribution<float> shrink(0.3f, 2.0f);
+  PackedTensor out;
+  for (Isa isa : ktest::all_isas()) {
+    set_isa(isa);
+    for (PackedFormat f : {PackedFormat::A8_PerToken, PackedFormat::A4_PerToken})
+      for (int64_t cols : kCols)
+        for (int64_t T : kTokens) {
+          const int bits = traits(f).bits;
+          const std::vector<float> x = act_data(rng, T, cols, bits);
+          quant::Params p = quant::compute_params(quant_spec(f), x.data(), T, cols);
+          for (float& sc : p.scale) sc *= shrink(rng);
+          quantize_rows(f, x.data(), T, cols, p.scale.data(), out);
+          expect_same(out, reference(f, x.data(), T, cols, p),
+                      ktest::ctx(isa, std::string(traits(f).name)) + " T=" + std::to_string(T) +
+                          " cols=" + std::to_string(cols));
+        }
+  }
+  const std::vector<float> x(8, 1.0f), bad = {1.0f, 0.0f};
+  EXPECT_THAT(error_of([&] { quantize_rows(PackedFormat::A8_PerToken, x.data(), 2, 4, bad.data(), out); }),
+              HasSubstr("token 1's scale 0 is not a positive normal fp32"));
+  EXPECT_THAT(error_of([&] { quantize_rows(PackedFormat::A8_PerTensor, x.data(), 2, 4, bad.data(), out); }),
+              HasSubstr("not a per-token activation format"));
+}
+
 // The SIMD rows multiply by RN(1/s) and divide only near rounding boundaries (table.h): values
 // within a few ulps of every half-integer quotient (k + 1/2)·s, for scales whose reciprocal is
 // inexact, and scales outside the reciprocal's range (always divided), give quantize_to_int's codes.

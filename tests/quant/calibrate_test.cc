@@ -265,6 +265,56 @@ TEST(StaticQuant, EqualsDynamicPerTensorOnTheCalibrationTokens) {
   }
 }
 
+// CrossQuant's static columns (crossquant.h CrossFold): the calibrated c of every (layer, site) is
+// the column abs-max of the fp model's input there over the calibration samples (exact: a max is
+// order-free), and each quantized weight is the weight quantizer applied to W·diag(b), bit for bit.
+// The stages that would train a non-folded model refuse the mode; so do the paths without data.
+TEST(CrossStatic, ColumnMaximaAndFoldedWeights) {
+  Recipe c = Recipe::from_preset("w4a8");
+  c.a.mode = ActMode::Cross;
+  c.a.cross_columns = ColumnMode::Static;
+  const std::vector<std::vector<int32_t>> calib{tokens(40, 1), tokens(24, 2)};
+  const SimModel sim = build_sim(stories(), c, calib);
+  const ModelConfig& mc = stories()->config();
+  ASSERT_EQ(sim.cross.size(), size_t(4 * mc.num_layers));
+  std::vector<std::vector<float>> want(sim.cross.size());
+  Forward fp(stories(), 64);
+  for (int s = 0; s < 4; ++s)
+    fp.hooks().add(kLinearInputSites[s], -1, [&want, s](SiteView& v) {
+      auto& w = want[size_t(v.layer) * 4 + size_t(s)];
+      w.resize(size_t(v.features), 0.0f);
+      for (int64_t t = 0; t < v.tokens; ++t)
+        for (int64_t j = 0; j < v.features; ++j) w[size_t(j)] = std::max(w[size_t(j)], std::fabs(v.row(t)[j]));
+    });
+  for (const auto& smp : calib) {
+    fp.reset();
+    fp.step(smp, false);
+  }
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(sim.cross[k].col_max, want[k]) << k;
+  for (int l = 0; l < mc.num_layers; ++l)
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const Mat& m = stories()->weights().layers[size_t(l)].mat(i);
+      std::vector<float> w(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, w.data(), w.size());
+      cross_fold_weight(sim.cross[size_t(l) * 4 + size_t(kLinearRoles[i].input)], w.data(), m.rows, m.cols);
+      fake_quant_weight(c.w, w.data(), m.rows, m.cols);
+      const Mat& q = sim.model->weights().layers[size_t(l)].mat(i);
+      ASSERT_EQ(q.dtype, DType::F32);
+      EXPECT_EQ(std::memcmp(q.data, w.data(), w.size() * 4), 0) << l << " " << i;
+    }
+  EXPECT_NE(error_of([&] { build_sim(stories(), c, {}); }).find("--a-cross-cols static"), std::string::npos);
+  Forward f(stories(), 8);
+  EXPECT_NE(error_of([&] { attach(f, c); }).find("--a-cross-cols static needs calibrated column maxima"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { fake_quantize_weights(stories(), c); }).find("--a-cross-cols static"), std::string::npos);
+  Recipe ft = c;
+  ft.finetune.epochs = 1;
+  EXPECT_NE(error_of([&] { ft.validate(); }).find("--finetune blockwise with --a-cross-cols static"), std::string::npos);
+  Recipe pt = c;
+  pt.prefix.train_epochs = 1;
+  EXPECT_NE(error_of([&] { pt.validate(); }).find("--prefix-train with --a-cross-cols static"), std::string::npos);
+}
+
 Recipe w4a4kv4_static() {
   Recipe c = Recipe::from_preset("w4a4kv4");
   c.w.clip_grid = true;

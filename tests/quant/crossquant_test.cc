@@ -257,4 +257,97 @@ TEST(CrossQuant, InvalidSpecsThrowNamingTheField) {
 }
 
 }  // namespace
+
+// ---- static columns, folded (CrossFold) ----
+
+// α = 1: b = 1 and s_i = t_i / qmax, so the folded quantizer is dynamic per-token quantization
+// (compute_params PerRow clip 1 + quantize_to_int) bit for bit, codes and scales.
+TEST(CrossFold, AlphaOneIsPerToken) {
+  std::mt19937_64 rng(11);
+  const int64_t rows = 7, cols = 40;
+  std::vector<float> x = randn(rng, size_t(rows * cols));
+  x[3] = 300.0f;
+  for (int bits : {4, 8}) {
+    const CrossFold f = make_cross_fold(bits, 1.0f, std::vector<float>(size_t(cols), 5.0f));
+    for (float b : f.b) ASSERT_EQ(b, 1.0f);
+    std::vector<int8_t> q(x.size()), want(x.size());
+    std::vector<float> s(static_cast<size_t>(rows));
+    cross_fold_quantize(f, x.data(), rows, cols, q.data(), s.data());
+    QuantSpec spec;
+    spec.bits = bits;
+    spec.granularity = Granularity::PerRow;
+    const Params p = compute_params(spec, x.data(), rows, cols);
+    quantize_to_int(spec, p, x.data(), rows, cols, want.data());
+    EXPECT_EQ(q, want) << bits;
+    for (int64_t i = 0; i < rows; ++i) EXPECT_EQ(s[size_t(i)], p.scale[size_t(i)]) << bits;
+  }
+}
+
+// The fold is CrossQuant's rule: with the column maxima of x itself (no clamping), its codes equal
+// the element-wise per-call rule's except where the two fp32 roundings of x / (t^α c^(1-α) / qmax)
+// (two steps vs one in double) fall on opposite sides of a rounding boundary: a few ulps wide, so
+// rare (bound 0.5% of elements) and never more than one code apart. And folding is exact algebra:
+// ẑ·(W·diag b)ᵀ = x̂·Wᵀ with x̂ the unfolded values (CrossQuantizer Static), to fp32 rounding.
+TEST(CrossFold, IsTheElementWiseRuleFolded) {
+  std::mt19937_64 rng(12);
+  const int64_t rows = 16, cols = 64, out = 8;
+  std::vector<float> x = randn(rng, size_t(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) x[size_t(i * cols + 5)] *= 80.0f;  // a massive channel
+  x[size_t(2 * cols + 9)] = 0.0f;
+  std::vector<float> c(size_t(cols), 0.0f);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) c[size_t(j)] = std::max(c[size_t(j)], std::fabs(x[size_t(i * cols + j)]));
+  for (float alpha : {0.15f, 0.45f}) {
+    const CrossFold f = make_cross_fold(4, alpha, c);
+    std::vector<int8_t> qf(x.size()), qe(x.size());
+    std::vector<float> s(static_cast<size_t>(rows)), se(x.size());
+    cross_fold_quantize(f, x.data(), rows, cols, qf.data(), s.data());
+    CrossQuantizer per_call({4, alpha, ColumnMode::PerCall}, cols);
+    per_call.quantize(x.data(), rows, cols, qe.data(), se.data());
+    int64_t differ = 0;
+    for (size_t k = 0; k < x.size(); ++k) {
+      ASSERT_LE(std::abs(int(qf[k]) - int(qe[k])), 1) << k;
+      differ += qf[k] != qe[k];
+    }
+    EXPECT_LE(differ, int64_t(x.size()) / 200) << alpha;
+
+    CrossQuantizer st({4, alpha, ColumnMode::Static}, cols);
+    st.set_column_max(c);
+    std::vector<float> xhat = x, zhat = x;
+    st.apply(xhat.data(), rows, cols);
+    cross_fold_apply(f, zhat.data(), rows, cols);
+    const std::vector<float> w = randn(rng, size_t(out * cols));
+    std::vector<float> wf = w;
+    cross_fold_weight(f, wf.data(), out, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t o = 0; o < out; ++o) {
+        double a = 0, b = 0, mag = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          a += double(zhat[size_t(i * cols + j)]) * wf[size_t(o * cols + j)];
+          b += double(xhat[size_t(i * cols + j)]) * w[size_t(o * cols + j)];
+          mag += std::fabs(double(xhat[size_t(i * cols + j)]) * w[size_t(o * cols + j)]);
+        }
+        EXPECT_LE(std::fabs(a - b), 4 * FLT_EPSILON * mag) << i << " " << o;  // 3 fp32 roundings per term
+      }
+  }
+}
+
+// Column maxima: a zero column is not folded (b = 1); bad values and shapes are errors naming them.
+TEST(CrossFold, ZeroColumnsAndErrors) {
+  const CrossFold f = make_cross_fold(8, 0.15f, {0.0f, 4.0f, 1.0f});
+  EXPECT_EQ(f.b[0], 1.0f);
+  EXPECT_EQ(f.b[1], float(std::pow(4.0, 0.85)));
+  EXPECT_EQ(f.b[2], 1.0f);
+  EXPECT_THAT([] { make_cross_fold(8, 0.15f, {1.0f, -1.0f}); }, ::testing::ThrowsMessage<Error>(HasSubstr("column_max[1]")));
+  EXPECT_THAT([] { make_cross_fold(8, 0.15f, {NAN}); }, ::testing::ThrowsMessage<Error>(HasSubstr("column_max[0]")));
+  EXPECT_THAT([] { make_cross_fold(8, 1.5f, {1.0f}); }, ::testing::ThrowsMessage<Error>(HasSubstr("alpha")));
+  EXPECT_THAT([] { make_cross_fold(8, 0.15f, {}); }, ::testing::ThrowsMessage<Error>(HasSubstr("no column maxima")));
+  std::vector<float> x(4, 1.0f), s(2);
+  EXPECT_THAT([&] { cross_fold_quantize(f, x.data(), 1, 4, nullptr, s.data()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("4 columns, the fold has 3")));
+  x = {1.0f, INFINITY, 0.0f};
+  EXPECT_THAT([&] { cross_fold_quantize(f, x.data(), 1, 3, nullptr, s.data()); },
+              ::testing::ThrowsMessage<Error>(HasSubstr("non-finite value inf at row 0, col 1")));
+}
+
 }  // namespace sinkq::quant

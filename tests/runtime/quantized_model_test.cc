@@ -228,13 +228,17 @@ void attach_recording(const quant::SimModel& sim, Forward& f, Forcing* forcing) 
   quant::Recipe dyn = sim.cfg;
   dyn.rotate.on = false;
   if (dyn.kv.mode == quant::KvMode::Static) dyn.kv.bits = quant::kBitsOff;
-  if (dyn.a.mode == quant::ActMode::Static) dyn.a.bits = quant::kBitsOff;
+  if (dyn.a.mode == quant::ActMode::Static || dyn.act_cross_static()) dyn.a.bits = quant::kBitsOff;
   dyn.w.clip_grid = false;
   if (dyn.kv.vector()) dyn.kv = quant::KvSim{};  // the codec hooks below
   quant::attach(f, dyn);
   for (const quant::StaticQuant& q : sim.statics)
     f.hooks().add(q.site, q.layer, [spec = q.spec, p = q.params](SiteView& v) {
       quant::fake_quant(spec, p, v.data, v.tokens, v.features);
+    });
+  for (size_t k = 0; k < sim.cross.size(); ++k)  // after the recording: it forces the unfolded input x
+    f.hooks().add(kLinearInputSites[k % 4], int(k / 4), [fold = &sim.cross[k]](SiteView& v) {
+      quant::cross_fold_apply(*fold, v.data, v.tokens, v.features);
     });
   for (size_t l = 0; l < sim.kvq.size(); ++l) {
     f.hooks().add(sim.cfg.kv.key_pre_rope ? Site::KPreRope : Site::K, int(l),
@@ -318,6 +322,71 @@ TEST(QuantizedModel, MatchesSimulator) {
         ASSERT_TRUE(bit_equal(logits_of(mine, toks), logits_of(ref, toks))) << "attach_recording != SimModel::attach";
 
         expect_packed_matches_sim(sim, qm, toks, fmt::format("{:<11} {:<22} rot {}", mname, c.name, int(rotate)));
+      }
+    }
+  }
+}
+
+// CrossQuant with static column maxima (quant/crossquant.h CrossFold): the simulator folds b into
+// the weights and feeds them ẑ; the packed linears quantize x / b at the token factor's scale.
+// Same codes, so packed = simulated within kTol teacher-forced (the forced input is the unfolded x
+// both sides quantize), with rotation, a per-tensor static KV, a clip-grid g128 and α = 1 (where
+// the fold is the identity and the result is dynamic per-token's bit for bit).
+TEST(QuantizedModel, CrossQuantMatchesSimulator) {
+  const auto toks = prompt(kTokens);
+  const std::vector<std::vector<int32_t>> calib = {prompt(32, 1), prompt(32, 2)};
+  struct NamedModel {
+    const char* name;
+    std::shared_ptr<const Model> (*get)();
+  };
+  struct CrossCase {
+    const char* name;
+    const char* preset;
+    float alpha;
+    int group = 0;
+    bool clip_grid = false;
+  };
+  const CrossCase cases[] = {{"w8a8", "w8a8", 0.15f},
+                             {"w4a4 kv4-static", "w4a4kv4", 0.15f},
+                             {"w4a8 g128 clip-grid", "w4a8", 0.45f, 128, true},
+                             {"w4a8 alpha 1", "w4a8", 1.0f}};
+  for (const auto& [mname, get] : {NamedModel{"stories260K", stories}, NamedModel{"tiny-qwen2", tiny}}) {
+    for (const CrossCase& c : cases) {
+      for (bool rotate : {false, true}) {
+        SCOPED_TRACE(fmt::format("{} {} rotate {}", mname, c.name, rotate));
+        quant::Recipe sc = quant::Recipe::from_preset(c.preset);
+        sc.a.mode = quant::ActMode::Cross;
+        sc.a.cross_columns = quant::ColumnMode::Static;
+        sc.a.alpha = c.alpha;
+        sc.w.group = c.group;
+        sc.w.clip_grid = c.clip_grid;
+        if (sc.kv.on()) {
+          sc.kv.mode = quant::KvMode::Static;
+          sc.kv.granularity = quant::KvGranularity::Tensor;
+        }
+        sc.rotate.on = rotate;
+        sc.rotate.seed = 5;
+        sc.calib.weight_rows = 32;
+        const quant::SimModel sim = quant::build_sim(get(), sc, calib);
+        ASSERT_EQ(sim.cross.size(), size_t(4 * get()->config().num_layers));
+        const QuantizedModel qm = build_quantized(sim);
+        ASSERT_EQ(qm.rt.a.cross.size(), sim.cross.size());
+
+        Forward ref(sim.model, kTokens), mine(sim.model, kTokens);
+        sim.attach(ref);
+        attach_recording(sim, mine, nullptr);
+        ASSERT_TRUE(bit_equal(logits_of(mine, toks), logits_of(ref, toks))) << "attach_recording != SimModel::attach";
+        expect_packed_matches_sim(sim, qm, toks, fmt::format("{:<11} cross {:<20} rot {}", mname, c.name, int(rotate)));
+        if (c.alpha == 1.0f) {  // b = 1: the dynamic per-token model, bit for bit (same weights, same codes)
+          quant::Recipe dyn = sc;
+          dyn.a.mode = quant::ActMode::Dynamic;
+          const quant::SimModel dsim = quant::build_sim(get(), dyn, calib);
+          const QuantizedModel dqm = build_quantized(dsim);
+          Forward a(qm.model, kTokens), b(dqm.model, kTokens);
+          qm.attach(a);
+          dqm.attach(b);
+          EXPECT_TRUE(bit_equal(logits_of(a, toks), logits_of(b, toks)));
+        }
       }
     }
   }
@@ -510,8 +579,15 @@ TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
   auto none = [](quant::Recipe&) {};
   EXPECT_THAT(err("w4a16", none), HasSubstr("weight-only quantization (W4A16, fp32 activations) cannot run"));
   EXPECT_THAT(err("fp16", none), HasSubstr("unquantized weights (--w-bits 16) cannot run on the packed runtime"));
+  // CrossQuant runs only with static (folded) column maxima: the other two modes' scales change per call.
   EXPECT_THAT(err("w8a8", [](auto& c) { c.a.mode = quant::ActMode::Cross; }),
-              HasSubstr("CrossQuant activations (--a-quant cross) cannot run"));
+              HasSubstr("CrossQuant activations with --a-cross-cols per_call cannot run"));
+  EXPECT_THAT(err("w8a8",
+                  [](auto& c) {
+                    c.a.mode = quant::ActMode::Cross;
+                    c.a.cross_columns = quant::ColumnMode::RunningMax;
+                  }),
+              HasSubstr("--a-cross-cols running_max cannot run"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.a.symmetric = false; }), HasSubstr("asymmetric activations cannot run"));
   EXPECT_THAT(err("w4a8kv4", [](auto& c) { c.kv.bits = 3; }), HasSubstr("packed KV: int3 is not a packed KV format"));
   EXPECT_THAT(err("w8a8", [](auto& c) { c.w.group = 128; }),

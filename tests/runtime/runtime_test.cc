@@ -296,7 +296,7 @@ TEST(Runtime, UnsupportedConfigsAreErrors) {
   EXPECT_THAT(err([](RuntimeConfig& c) { c.a.mode = ActMode::Static; }),
               HasSubstr("static per-tensor activations need calibrated scales"));
   EXPECT_THAT(err([](RuntimeConfig& c) { c.a.scales.push_back({}); }),
-              HasSubstr("1 static activation scales were given for dynamic per-token activations"));
+              HasSubstr("1 static activation scales were given for dynamic activations"));
   // stories260K down_proj: 172 = 128 + 44 columns; the 44-column asymmetric tail has no format.
   EXPECT_THAT(err([](RuntimeConfig& c) { c.w.bits = 4; c.w.group = 128; c.w.symmetric = false; }),
               HasSubstr("model.layers.0.mlp.down_proj.weight [in = 172]: columns 128..171 form one asymmetric "

@@ -13,6 +13,9 @@
 //         layout is formats/packed_format.h's planar layout (kernel interleaving is a repack at load time)
 //     model.layers.<l>.<site>.act_scale  F32 [1]   static per-tensor activation scale (site =
 //                                                  attn_in | o_in | mlp_in | down_in)
+//     model.layers.<l>.<site>.cross_col_max F32 [in] CrossQuant's static column maxima at that
+//                                                  site (--a-cross-cols static; the fold b and
+//                                                  the token factor follow from the recipe's alpha)
 //     model.layers.<l>.{k,v}.kv_scale   F32 [n]    static KV params of that layer and site (n =
 //     model.layers.<l>.{k,v}.kv_zero    I32 [n]    kv heads per-head, 1 per-tensor; zeros only when
 //     model.layers.<l>.{k,v}.kv_clip    F32 [1]    asymmetric; the chosen clip ratio, informational)

@@ -50,9 +50,9 @@ float cross_fold_factor(float c, float alpha) {
   return c >= FLT_MIN ? float(col_factor(c, alpha)) : 1.0f;
 }
 
-float cross_token_scale(int bits, float alpha, float row_absmax) {
+float cross_token_scale(int bits, float alpha, float row_absmax, float folded_absmax) {
   const float qm = float((1 << (bits - 1)) - 1);
-  return detail::guard_scale(float(row_factor(row_absmax, alpha)) / qm);
+  return detail::guard_scale(std::max(float(row_factor(row_absmax, alpha)), folded_absmax) / qm);
 }
 
 CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max) {
@@ -88,7 +88,9 @@ void fold_rows(const CrossFold& f, const float* x, int64_t rows, int64_t cols, E
       SINKQ_CHECK(std::isfinite(a), "crossquant: non-finite value {} at row {}, col {}", row[j], i, j);
       t = std::max(t, a);
     }
-    const float s = cross_token_scale(f.bits, f.alpha, t);
+    float zmax = 0.0f;  // a value above its calibrated c_j widens the row's scale instead of clamping
+    for (int64_t j = 0; j < cols; ++j) zmax = std::max(zmax, std::fabs(row[j] / f.b[size_t(j)]));
+    const float s = cross_token_scale(f.bits, f.alpha, t, zmax);
     for (int64_t j = 0; j < cols; ++j) emit(i, j, detail::level(row[j] / f.b[size_t(j)], s, -qm - 1.0f, qm), s);
   }
 }

@@ -301,13 +301,20 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
       for (int64_t i = 0; i < T; ++i) {
         const float* xi = x + i * cols_;
         float* zi = z + i * cols_;
-        float t = 0.0f;
+        float t = 0.0f, zmax = 0.0f;
+        bool finite = true;
         for (int64_t j = 0; j < cols_; ++j) {
+          finite &= std::isfinite(xi[j]);
           t = std::max(t, std::fabs(xi[j]));
           zi[j] = xi[j] / f.b[size_t(j)];
+          zmax = std::max(zmax, std::fabs(zi[j]));
         }
-        SINKQ_CHECK(std::isfinite(t), "non-finite value in token {}", i);
-        s[i] = quant::cross_token_scale(f.bits, f.alpha, t);
+        if (!finite) {
+          int64_t j = 0;
+          while (std::isfinite(xi[j])) ++j;
+          fail("non-finite value {} at token {}, feature {}", xi[j], i, j);
+        }
+        s[i] = quant::cross_token_scale(f.bits, f.alpha, t, zmax);
       }
       lowbit::quantize_rows(act_, z, T, cols_, s, xq);
     } else if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)

@@ -269,7 +269,7 @@ TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
 TEST(CliQuantize, CrossQuantStaticArtifactRunsAsSimulated) {
   testing::TempDir tmp;
   const std::string art = tmp.file("cross");
-  const std::vector<std::string> q{"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross", "--a-alpha", "0.45",
+  const std::vector<std::string> q{"--w-bits", "8", "--a-bits", "4", "--a-quant", "cross", "--a-alpha", "0.15",
                                    "--a-cross-cols", "static", "--rotate", "--calib", sample_text(),
                                    "--calib-samples", "3", "--calib-len", "64"};
   std::vector<std::string> qa = q;
@@ -285,11 +285,12 @@ TEST(CliQuantize, CrossQuantStaticArtifactRunsAsSimulated) {
   ASSERT_TRUE(packed.contains("mean_nll") && sim.contains("mean_nll"));
   EXPECT_EQ(packed.at("runtime"), "packed");
   const double nll = sim.at("mean_nll").get<double>();
+  std::printf("  W8A4 cross static: packed %.6f simulated %.6f\n", packed.at("mean_nll").get<double>(), nll);
   EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
-  // Another alpha is another model: the ppl moves by more than the tolerance (the fold is not ignored).
+  // Another alpha is another model (1.29 against 1.34 nats here): the fold is not ignored.
   std::vector<std::string> q2 = q;
   q2[7] = "1";
-  EXPECT_GT(std::fabs(ppl(stories(), q2).at("mean_nll").get<double>() - nll), 2e-3 * nll);
+  EXPECT_GT(std::fabs(ppl(stories(), q2).at("mean_nll").get<double>() - nll), 1e-2 * nll);
 
   expect_error(quantize(tmp.file("percall"), {"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross"}),
                {"--a-cross-cols per_call cannot run", "--a-cross-cols static"});

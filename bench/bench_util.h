@@ -5,6 +5,9 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -40,6 +43,31 @@ inline bool use_isa(benchmark::State& st, int64_t isa) {
   set_isa(Isa(isa));
   st.SetLabel(std::string(isa_name(Isa(isa))));
   return true;
+}
+
+// Uniform weights in (-0.05, 0.05), [rows, cols], created once per shape (lowbit_bench, vs_ggml).
+inline const std::vector<float>& f32_weights(int64_t rows, int64_t cols) {
+  static std::map<std::pair<int64_t, int64_t>, std::vector<float>> cache;
+  auto& w = cache[{rows, cols}];
+  if (w.empty()) w = vec(size_t(rows * cols), uint64_t(rows * 131 + cols), 0.05f);
+  return w;
+}
+
+// The same weights as a Mat in F32 or BF16.
+inline const Mat& mat(DType dt, int64_t rows, int64_t cols) {
+  static std::map<std::tuple<int, int64_t, int64_t>, std::pair<std::vector<uint16_t>, Mat>> cache;
+  auto& e = cache[{int(dt), rows, cols}];
+  if (e.second.empty()) {
+    const std::vector<float>& w = f32_weights(rows, cols);
+    if (dt == DType::F32) {
+      e.second = Mat{dt, rows, cols, w.data(), "bench"};
+    } else {
+      e.first.resize(w.size());
+      for (size_t i = 0; i < w.size(); ++i) e.first[i] = f32_to_bf16(w[i]);
+      e.second = Mat{dt, rows, cols, e.first.data(), "bench"};
+    }
+  }
+  return e.second;
 }
 
 // matmul with T = 1 on W; bytes/s = the weight bytes streamed. Args: isa, dtype, out, in.

@@ -31,38 +31,15 @@
 namespace sinkq {
 namespace {
 
+using bench::f32_weights;
 using bench::float_gemv;
+using bench::mat;
 using bench::Lcg;
 using bench::use_isa;
 using bench::vec;
 
 using lowbit::PackedFormat;
 
-
-// fp32 weights [rows, cols], created once per shape.
-const std::vector<float>& f32_weights(int64_t rows, int64_t cols) {
-  static std::map<std::pair<int64_t, int64_t>, std::vector<float>> cache;
-  auto& w = cache[{rows, cols}];
-  if (w.empty()) w = vec(size_t(rows * cols), uint64_t(rows * 131 + cols), 0.05f);
-  return w;
-}
-
-// The same weights as a Mat in F32 or BF16.
-const Mat& mat(DType dt, int64_t rows, int64_t cols) {
-  static std::map<std::tuple<int, int64_t, int64_t>, std::pair<std::vector<uint16_t>, Mat>> cache;
-  auto& e = cache[{int(dt), rows, cols}];
-  if (e.second.empty()) {
-    const std::vector<float>& w = f32_weights(rows, cols);
-    if (dt == DType::F32) {
-      e.second = Mat{dt, rows, cols, w.data(), "bench"};
-    } else {
-      e.first.resize(w.size());
-      for (size_t i = 0; i < w.size(); ++i) e.first[i] = f32_to_bf16(w[i]);
-      e.second = Mat{dt, rows, cols, e.first.data(), "bench"};
-    }
-  }
-  return e.second;
-}
 
 // The same weights quantized (RTN, clip 1) and repacked.
 const lowbit::KernelWeights& qweights(PackedFormat f, int64_t rows, int64_t cols) {

@@ -43,18 +43,13 @@
 namespace sinkq {
 namespace {
 
+using bench::f32_weights;
+using bench::mat;
 using bench::vec;
 using lowbit::PackedFormat;
 
 enum Kind { F32Gemm, Bf16Gemv, W8Gemv, W4Gemv, W8Gemm, W4Gemm };
 int64_t tokens(int kind) { return kind == Bf16Gemv || kind == W8Gemv || kind == W4Gemv ? 1 : 512; }
-
-const std::vector<float>& f32_weights(int64_t rows, int64_t cols) {
-  static std::map<std::pair<int64_t, int64_t>, std::vector<float>> cache;
-  auto& w = cache[{rows, cols}];
-  if (w.empty()) w = vec(size_t(rows * cols), uint64_t(rows * 131 + cols), 0.05f);
-  return w;
-}
 
 // ---- ggml ------------------------------------------------------------------------------------
 
@@ -132,22 +127,6 @@ void BM_Ggml(benchmark::State& st) {
 
 // ---- sinkq -----------------------------------------------------------------------------------
 
-const Mat& float_mat(DType dt, int64_t rows, int64_t cols) {
-  static std::map<std::tuple<int, int64_t, int64_t>, std::pair<std::vector<uint16_t>, Mat>> cache;
-  auto& e = cache[{int(dt), rows, cols}];
-  if (e.second.empty()) {
-    const std::vector<float>& w = f32_weights(rows, cols);
-    if (dt == DType::F32) {
-      e.second = Mat{dt, rows, cols, w.data(), "bench"};
-    } else {
-      e.first.resize(w.size());
-      for (size_t i = 0; i < w.size(); ++i) e.first[i] = f32_to_bf16(w[i]);
-      e.second = Mat{dt, rows, cols, e.first.data(), "bench"};
-    }
-  }
-  return e.second;
-}
-
 // Args: kind, out, in, threads, weight format (kinds 2-5: a PackedFormat value).
 void BM_Sinkq(benchmark::State& st) {
   const int kind = int(st.range(0));
@@ -157,7 +136,7 @@ void BM_Sinkq(benchmark::State& st) {
   const std::vector<float> x = vec(size_t(T * in), 3);
   std::vector<float> y(static_cast<size_t>(T * out));
   if (kind == F32Gemm || kind == Bf16Gemv) {
-    const Mat& W = float_mat(kind == F32Gemm ? DType::F32 : DType::BF16, out, in);
+    const Mat& W = mat(kind == F32Gemm ? DType::F32 : DType::BF16, out, in);
     for (auto _ : st) {
       matmul(x.data(), T, W, nullptr, y.data());
       benchmark::DoNotOptimize(y.data());

@@ -7,6 +7,7 @@ PKGS=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev   # config.json / safetensors headers / tokenizer.json
   libopenblas-dev      # sgemm for prefill (threaded OpenBLAS)
+  libdnnl-dev          # oneDNN: the AVX-512 path's sgemm (1.7-1.9x OpenBLAS 0.3.21's on Zen 5)
   libsentencepiece-dev # tokenizer.model when a model has no tokenizer.json
   libpcre2-dev         # byte-level BPE pre-tokenizer regexes (look-ahead, \p{L})
   libicu-dev           # Unicode normalizers of tokenizer.json (NFC for Qwen2)

@@ -163,8 +163,11 @@ void BM_Sinkq(benchmark::State& st) {
 // The shapes (Llama-3-8B's MLP up, TinyLlama-1.1B's), the pairs adjacent.
 void pairs() {
   const std::pair<int64_t, int64_t> shapes[] = {{14336, 4096}, {5632, 2048}};
+  // fp32 GEMM also at SmolLM2-135M's MLP shapes (K = 576 / 1536: its fp32 prefill against llama.cpp).
+  std::vector<std::pair<int64_t, int64_t>> f32_shapes(std::begin(shapes), std::end(shapes));
+  f32_shapes.insert(f32_shapes.end(), {{1536, 576}, {576, 1536}});
   for (int kind : {Bf16Gemv, W8Gemv, W4Gemv, W8Gemm, W4Gemm, F32Gemm})
-    for (auto [o, i] : shapes)
+    for (auto [o, i] : kind == F32Gemm ? f32_shapes : std::vector(std::begin(shapes), std::end(shapes)))
       for (int threads : {1, 2}) {
         benchmark::RegisterBenchmark("BM_Ggml", BM_Ggml)->Args({kind, o, i, threads})->UseRealTime()->Unit(benchmark::kMicrosecond);
         std::vector<int> fmts = {0};

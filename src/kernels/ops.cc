@@ -6,13 +6,19 @@
 //
 // matmul:  small T (<= 64 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
 //          the stored dtype, all T tokens per pass over the weights (decode is bound by weight
-//          bytes); larger T: OpenBLAS sgemm on blocks of output features handed to the threads.
+//          bytes); larger T: sgemm on blocks of output features handed to the threads.
 //          BF16/F16 blocks are widened into a thread-local fp32 scratch first (bounded memory).
+// sgemm:   every call is single-threaded on the calling thread (sgemm_1t): oneDNN's on the AVX-512
+//          path (its JIT AVX-512 kernels: 1.7-1.9x OpenBLAS 0.3.21's on Zen 5, BENCHMARKS.md),
+//          OpenBLAS otherwise (on the AVX2 path the two are at par, and oneDNN's ISA is fixed for
+//          the process while SINKQ_ISA / set_isa switch on every call).
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
 
 #include "core/error.h"
 #include "kernels/cpu_features.h"
@@ -57,12 +63,32 @@ int64_t widen_block_rows(int64_t in) {
   return std::clamp<int64_t>(rb, 16, 256);
 }
 
+}  // namespace
+
+void sgemm_1t(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (active_isa() == Isa::Avx512) {
+    // oneDNN runs an OpenMP region of omp_get_max_threads() threads outside a parallel region
+    // (inside one, nested regions are off): one thread, so that a result never depends on it.
+    const int saved = omp_get_max_threads();
+    if (saved != 1) omp_set_num_threads(1);
+    const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb,
+                                        beta, C, ldc);
+    if (saved != 1) omp_set_num_threads(saved);
+    SINKQ_CHECK(st == dnnl_success, "oneDNN sgemm [{} x {} x {}] failed (status {})", M, N, K, int(st));
+    return;
+  }
+  blas_single_threaded();
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(M), int(N),
+              int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+}
+
+namespace {
+
 // y[:, r0:r1) = x[T, in] · Wf[r0:r1, in]^T with Wf fp32 (row stride in), y row stride ldy.
 void sgemm_rows(const float* x, int64_t T, const float* Wf, int64_t nrows, int64_t in, float* y,
                 int64_t ldy) {
-  blas_single_threaded();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(nrows), int(in), 1.0f, x,
-              int(in), Wf, int(in), 0.0f, y, int(ldy));
+  sgemm_1t(false, true, T, nrows, in, 1.0f, x, in, Wf, in, 0.0f, y, ldy);
 }
 
 void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W, const float* bias,
@@ -204,7 +230,6 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
   // Later blocks see more keys: dynamic hand-out, the last (largest) blocks first.
   parallel_for(nt, nblk * H, 1, [&](int64_t task, int64_t) {
     static thread_local std::vector<float> S, inv;
-    blas_single_threaded();
     const int64_t b = nblk - 1 - task / H;
     const int h = int(task % H), g = h / group;
     const int64_t t0 = b * bq, m = std::min(T, t0 + bq) - t0;
@@ -220,11 +245,9 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
     const float* Kb = k_cache + body0 * ldkv + int64_t(g) * D;
     const float* Vb = v_cache + body0 * ldkv + int64_t(g) * D;
     if (np > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(np), D, scale, qb, int(ldq), Kp, int(ldkv), 0.0f,
-                  S.data(), int(nk));
+      sgemm_1t(false, true, m, np, D, scale, qb, ldq, Kp, ldkv, 0.0f, S.data(), nk);
     if (nb > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(nb), D, scale, qb, int(ldq), Kb, int(ldkv), 0.0f,
-                  S.data() + np, int(nk));
+      sgemm_1t(false, true, m, nb, D, scale, qb, ldq, Kb, ldkv, 0.0f, S.data() + np, nk);
     for (int64_t r = 0; r < m; ++r) {
       const int64_t hi = P + n_past + t0 + r, c0 = s.first_visible(hi) - lo_first, c1 = hi - lo_first + 1;
       float* row = S.data() + r * nk;
@@ -234,11 +257,9 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
     }
     float* o = out + (t0 * H + h) * D;
     if (np > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), D, int(np), 1.0f, S.data(), int(nk), Vp, int(ldkv),
-                  0.0f, o, int(ldq));
+      sgemm_1t(false, false, m, D, np, 1.0f, S.data(), nk, Vp, ldkv, 0.0f, o, ldq);
     if (nb > 0)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), D, int(nb), 1.0f, S.data() + np, int(nk), Vb,
-                  int(ldkv), np > 0 ? 1.0f : 0.0f, o, int(ldq));
+      sgemm_1t(false, false, m, D, nb, 1.0f, S.data() + np, nk, Vb, ldkv, np > 0 ? 1.0f : 0.0f, o, ldq);
     for (int64_t r = 0; r < m; ++r) k.scale(o + r * ldq, D, inv[size_t(r)]);
   });
 }
@@ -327,11 +348,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   const int64_t nblocks = (M + kRows - 1) / kRows;
   const int nt = detail::threads_for(double(M) * double(N) * double(K) / 25.0);
   parallel_for(nt, nblocks, 1, [&](int64_t b, int64_t) {
-    blas_single_threaded();
     const int64_t r0 = b * kRows, m = std::min(kRows, M - r0);
     const float* a = trans_a ? A + r0 : A + r0 * lda;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, int(m),
-                int(N), int(K), alpha, a, int(lda), B, int(ldb), beta, C + r0 * ldc, int(ldc));
+    sgemm_1t(trans_a, trans_b, m, N, K, alpha, a, lda, B, ldb, beta, C + r0 * ldc, ldc);
   });
 }
 

@@ -104,9 +104,13 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
                const float* v_cache, int64_t n_past, int64_t T, float* out);
 
 // C[M, N] = alpha·op(A)·op(B) + beta·C, row-major fp32, op(X) = Xᵀ when its flag is set (A is
-// [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]); leading dimensions as BLAS's. OpenBLAS
-// sgemm on fixed 64-row blocks of C spread over the threads (results independent of the thread
+// [M, K] or, transposed, [K, M]; B is [K, N] or [N, K]); leading dimensions as BLAS's. sgemm_1t
+// on fixed 64-row blocks of C spread over the threads (results independent of the thread
 // count). The training code's linear layers (train/grad_ops.h) run on it.
+// The same product as one single-threaded sgemm on the calling thread: oneDNN's on the AVX-512
+// path, OpenBLAS's otherwise (ops.cc). Deterministic for given shapes and ISA path.
+void sgemm_1t(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

@@ -296,7 +296,7 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
   // Decision: the column maxima come from the fp (rotated) model, not layer by layer from the
   // quantized one: the fold must be known before any weight is quantized (the clip search and the
   // weights use W·diag(b)), and a column maximum is robust to the small input shifts quantizing
-  // earlier layers causes (values above it clamp, as the static mode's definition says).
+  // earlier layers causes (a value above it widens its row's scale: crossquant.h).
   Forward fwd(fp, L, L);
   attach_online_rotation(fwd, cfg.rotate);
   fwd.set_prefix(prefix);  // body rows only: the prefix's own rows never reach the linears

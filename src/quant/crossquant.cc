@@ -52,7 +52,8 @@ float cross_fold_factor(float c, float alpha) {
 
 float cross_token_scale(int bits, float alpha, float row_absmax, float folded_absmax) {
   const float qm = float((1 << (bits - 1)) - 1);
-  return detail::guard_scale(std::max(float(row_factor(row_absmax, alpha)), folded_absmax) / qm);
+  const float f = float(row_factor(row_absmax, alpha));
+  return detail::guard_scale((bits >= kCrossWidenBits ? std::max(f, folded_absmax) : f) / qm);
 }
 
 CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max) {

@@ -15,7 +15,7 @@
 //              prefill and decode, and deployable: c^(1-α) is a per-channel factor that folds into
 //              the next weight (SmoothQuant-style), leaving a per-token int8 GEMM (CrossFold below:
 //              its codes are the folded rule's, so the simulator and the kernels share them).
-//              Values above c_j at inference widen their row's scale (never clamp).
+//              Values above c_j at inference widen their row's scale at 8 bits, clamp below.
 //   RunningMax c_j = max over the rows of this sequence so far, INCLUDING the row being quantized,
 //              row by row (causal: row i never sees rows after it), started from the calibrated c
 //              if there is one (else from 0, so the first token is nearly lossless). Row-by-row
@@ -55,16 +55,18 @@ float crossquant_scale(const CrossQuantSpec& spec, float t, float c);
 //   b_j  = fl32(c_j^(1-α))  (pow in double, one rounding; b_j = 1 where c_j < FLT_MIN: a column
 //          calibration never saw nonzero is not folded)
 //   W'   = W · diag(b)      (every linear the site feeds; then the weight quantizer as usual)
-//   z_ij = fl32(x_ij / b_j),  t_i = max_j |x_ij|,  s_i = guard(max(fl32(t_i^α), max_j |z_ij|) / (2^(N-1) - 1))
+//   z_ij = fl32(x_ij / b_j),  t_i = max_j |x_ij|,  f_i = fl32(t_i^α)
+//   s_i = guard(max(f_i, max_j |z_ij|) / (2^(N-1) - 1))  for N >= 8,  guard(f_i / (2^(N-1) - 1)) below
 //   q_ij = clamp(rne(z_ij / s_i), -2^(N-1), 2^(N-1) - 1),  ẑ_ij = s_i · q_ij
 // and the linear computes ẑ · Ŵ'ᵀ = Σ_j s_i q_ij · Q(W b)_oj: an integer GEMM with one scale per
 // token. Against the element-wise rule above the codes differ only where fl32 rounding of
 // x / (t^α c^(1-α) / qmax) taken in two steps lands on the other side of a rounding boundary; the
 // weights differ by design (W·diag(b) is quantized, not W). While every |x_ij| <= c_j,
-// |z_ij| = |x_ij|^α |x_ij|^(1-α) / c_j^(1-α) <= t_i^α, so s_i is CrossQuant's token factor; a value
-// above its calibrated maximum widens its row's scale instead of being clamped (decision,
-// docs/quant.md: a clamped outlier is the error these methods exist to avoid; with 1,024
-// calibration tokens SmolLM2's W16A8 lost 0.19 nats to clamping). α = 1 gives b = 1,
+// |z_ij| = |x_ij|^α |x_ij|^(1-α) / c_j^(1-α) <= t_i^α, so s_i is CrossQuant's token factor. A value
+// above its calibrated maximum: at 8 bits it widens its row's scale, below 8 bits it is clamped
+// (decision, docs/quant.md, measured on SmolLM2: at A8 clamping cost +0.33 nats and widening
+// nothing; at A4 widening a row's 7 levels zeroes the rest of the row and cost +0.5 nats more
+// than clamping). α = 1 gives b = 1,
 // s_i = t_i / qmax: dynamic per-token quantization bit for bit. Decision (docs/quant.md): the fold is the only
 // deployable form — an element-wise scale has no integer GEMM — so Static means this rule
 // everywhere (CrossQuantizer's Static mode gives the same codes, unfolded: x̂ = (b_j · s_i) · q).
@@ -78,7 +80,9 @@ struct CrossFold {
 // Validates bits / alpha (as CrossQuantSpec) and c (finite, >= 0, non-empty); computes b.
 CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max);
 float cross_fold_factor(float c, float alpha);                  // b_j
-// s_i from the row's abs-max t_i and the abs-max of its folded values max_j |x_ij / b_j|.
+// s_i from the row's abs-max t_i and the abs-max of its folded values max_j |x_ij / b_j| (used
+// from kCrossWidenBits bits on).
+inline constexpr int kCrossWidenBits = 8;
 float cross_token_scale(int bits, float alpha, float row_absmax, float folded_absmax);
 // The folded quantizer of x[rows, cols] (fold.cols() columns): codes q (nullable) and the token
 // scales s[rows]. Throws sinkq::Error naming the row and column of a non-finite input.

@@ -176,41 +176,54 @@ TEST(CrossQuant, RunningMaxIsCausalAndDecodeEqualsPrefill) {
   }
 }
 
-// Static columns: a row's result depends on the row alone (decode = prefill), and a value above
-// its calibrated column maximum widens its row's scale instead of clamping (crossquant.h): every
-// code stays inside the range with no element at |x/s| beyond qmax + 1/2, while rows that stay
-// inside the calibrated range get CrossQuant's token factor t^α exactly.
-TEST(CrossQuant, StaticColumnsMatchDecodeAndNeverClamp) {
+// Static columns: a row's result depends on the row alone (decode = prefill). A value above its
+// calibrated column maximum widens its row's scale at 8 bits (no |z/s| beyond qmax + 1/2 anywhere)
+// and is clamped at 4 (the row keeps CrossQuant's token factor t^α: crossquant.h); rows that stay
+// inside the calibrated range get t^α / qmax at both widths.
+TEST(CrossQuant, StaticColumnsWidenAtEightBitsAndClampBelow) {
   const int64_t rows = 10, cols = 16;
   std::mt19937_64 rng(5);
   const std::vector<float> cal = randn(rng, size_t(32 * cols));
-  CrossQuantizer cq({8, 0.15f, ColumnMode::Static}, cols);
   std::vector<float> x = randn(rng, size_t(rows * cols), 3.0f);  // exceeds the calibrated c
   for (int64_t j = 0; j < cols; ++j) x[size_t(j)] = cal[size_t(j)] * 0.5f;  // row 0 stays inside
-  EXPECT_THAT([&] { std::vector<float> y = x; cq.apply(y.data(), rows, cols); },
-              ::testing::ThrowsMessage<Error>(HasSubstr("calibrate")));
-  cq.calibrate(cal.data(), 32, cols);
-  std::vector<float> a = x, b = x;
-  cq.apply(a.data(), rows, cols);
-  for (int64_t i = 0; i < rows; ++i) cq.apply(b.data() + i * cols, 1, cols);
-  EXPECT_TRUE(same_bits(a, b));
-  const CrossFold f = make_cross_fold(8, 0.15f, cq.calibrated_column_max());
-  std::vector<int8_t> q(x.size());
-  std::vector<float> s(static_cast<size_t>(rows));
-  cross_fold_quantize(f, x.data(), rows, cols, q.data(), s.data());
-  int widened = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    float t = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float z = x[size_t(i * cols + j)] / f.b[size_t(j)];
-      ASSERT_LE(std::fabs(z / s[size_t(i)]), 127.0f + 1e-4f) << i << " " << j;  // never beyond the range
-      t = std::max(t, std::fabs(x[size_t(i * cols + j)]));
+  for (int bits : {8, 4}) {
+    SCOPED_TRACE(bits);
+    CrossQuantizer cq({bits, 0.15f, ColumnMode::Static}, cols);
+    EXPECT_THAT([&] { std::vector<float> y = x; cq.apply(y.data(), rows, cols); },
+                ::testing::ThrowsMessage<Error>(HasSubstr("calibrate")));
+    cq.calibrate(cal.data(), 32, cols);
+    std::vector<float> a = x, b = x;
+    cq.apply(a.data(), rows, cols);
+    for (int64_t i = 0; i < rows; ++i) cq.apply(b.data() + i * cols, 1, cols);
+    EXPECT_TRUE(same_bits(a, b));
+    const CrossFold f = make_cross_fold(bits, 0.15f, cq.calibrated_column_max());
+    const float qm = float((1 << (bits - 1)) - 1);
+    std::vector<int8_t> q(x.size());
+    std::vector<float> s(static_cast<size_t>(rows));
+    cross_fold_quantize(f, x.data(), rows, cols, q.data(), s.data());
+    int widened = 0, clamped = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      float t = 0.0f;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float z = x[size_t(i * cols + j)] / f.b[size_t(j)];
+        if (std::fabs(z / s[size_t(i)]) > qm + 0.5f) {
+          ++clamped;
+          EXPECT_EQ(q[size_t(i * cols + j)], z > 0 ? int(qm) : -int(qm) - 1);
+        }
+        t = std::max(t, std::fabs(x[size_t(i * cols + j)]));
+      }
+      const float cross = cross_token_scale(bits, 0.15f, t, 0.0f);
+      if (i == 0) EXPECT_EQ(s[0], cross);  // inside the calibrated range: t^α / qmax
+      widened += s[size_t(i)] > cross;
     }
-    const float cross = cross_token_scale(8, 0.15f, t, 0.0f);
-    if (i == 0) EXPECT_EQ(s[0], cross);  // inside the calibrated range: t^α / qmax
-    widened += s[size_t(i)] > cross;
+    if (bits == 8) {
+      EXPECT_GT(widened, 0);  // the test data does leave the calibrated range
+      EXPECT_EQ(clamped, 0);
+    } else {
+      EXPECT_EQ(widened, 0);
+      EXPECT_GT(clamped, 0);
+    }
   }
-  EXPECT_GT(widened, 0);  // the test data does leave the calibrated range
 }
 
 TEST(CrossQuant, PerCallWithOneTokenDegenerates) {

@@ -88,27 +88,31 @@ BENCHMARK(BM_GemvSmallT)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// Prefill matmul. Args: dtype, T, out, in. Counter FLOPS = 2 T out in per second.
+// Prefill matmul. Args: isa, dtype, T, out, in. Counter FLOPS = 2 T out in per second. The sgemm
+// behind it is oneDNN's on the AVX-512 path and OpenBLAS's on the AVX2 path (kernels/ops.cc
+// sgemm_1t): isa 1 against isa 2 at the same shape is the library choice, measured.
 void BM_Matmul(benchmark::State& st) {
-  set_isa(detected_isa());
-  const DType dt = DType(st.range(0));
-  const int64_t T = st.range(1), out = st.range(2), in = st.range(3);
+  if (!use_isa(st, st.range(0))) return;
+  const DType dt = DType(st.range(1));
+  const int64_t T = st.range(2), out = st.range(3), in = st.range(4);
   const Mat& W = weights(dt, out, in);
   const std::vector<float> x = vec(size_t(T * in), 3);
   std::vector<float> y(static_cast<size_t>(T * out));
   for (auto _ : st) matmul(x.data(), T, W, nullptr, y.data());
   st.counters["FLOPS"] = benchmark::Counter(2.0 * T * out * in, benchmark::Counter::kIsIterationInvariantRate);
-  st.SetLabel(std::string(dtype_name(dt)));
+  st.SetLabel(std::string(isa_name(active_isa())) + " " + std::string(dtype_name(dt)));
 }
-BENCHMARK(BM_Matmul)
-    ->Args({int(DType::F32), 512, 2048, 2048})
-    ->Args({int(DType::BF16), 512, 2048, 2048})
-    ->Args({int(DType::F16), 512, 2048, 2048})
-    ->Args({int(DType::BF16), 512, 5632, 2048})
-    ->Args({int(DType::BF16), 512, 2048, 5632})
-    ->ArgNames({"dtype", "T", "out", "in"})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+void matmul_args(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2}) {
+    // SmolLM2-135M's MLP (K = 576 / 1536) and the 1B shape.
+    for (auto [o, i] : {std::pair{1536, 576}, {576, 1536}, {2048, 2048}, {5632, 2048}})
+      b->Args({isa, int(DType::F32), 512, o, i});
+    for (auto [o, i] : {std::pair{2048, 2048}, {5632, 2048}, {2048, 5632}}) b->Args({isa, int(DType::BF16), 512, o, i});
+    b->Args({isa, int(DType::F16), 512, 2048, 2048});
+  }
+  b->ArgNames({"isa", "dtype", "T", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
+}
+BENCHMARK(BM_Matmul)->Apply(matmul_args);
 
 // Baseline for the design choice: one sgemm with OpenBLAS's own 2..N threads (what we avoid
 // to keep a single thread pool) vs BM_Matmul F32 (OpenMP split over single-threaded sgemms).

@@ -74,29 +74,41 @@ CrossFold make_cross_fold(int bits, float alpha, std::vector<float> col_max) {
 
 namespace {
 
-// The folded rule row by row: emit(i, j, level, s_i) with level = clamp(rne(fl32(x / b_j) / s_i)).
+// The folded rule row by row: emit(i, j, level, s_i) with level = clamp(rne(z_ij / s_i)).
 template <class Emit>
 void fold_rows(const CrossFold& f, const float* x, int64_t rows, int64_t cols, Emit&& emit) {
-  SINKQ_CHECK(cols == f.cols(), "crossquant fold: tensor has {} columns, the fold has {}", cols, f.cols());
-  SINKQ_CHECK(rows >= 0, "crossquant fold: rows = {} is negative", rows);
   SINKQ_ASSERT(std::fegetround() == FE_TONEAREST);
+  std::vector<float> z(size_t(std::max<int64_t>(rows, 0) * cols)), s(size_t(std::max<int64_t>(rows, 0)));
+  cross_fold_scales(f, x, rows, cols, z.data(), s.data());
   const float qm = float((1 << (f.bits - 1)) - 1);
-  for (int64_t i = 0; i < rows; ++i) {
-    const float* row = x + i * cols;
-    float t = 0.0f;
-    for (int64_t j = 0; j < cols; ++j) {
-      const float a = std::fabs(row[j]);
-      SINKQ_CHECK(std::isfinite(a), "crossquant: non-finite value {} at row {}, col {}", row[j], i, j);
-      t = std::max(t, a);
-    }
-    float zmax = 0.0f;  // a value above its calibrated c_j widens the row's scale instead of clamping
-    for (int64_t j = 0; j < cols; ++j) zmax = std::max(zmax, std::fabs(row[j] / f.b[size_t(j)]));
-    const float s = cross_token_scale(f.bits, f.alpha, t, zmax);
-    for (int64_t j = 0; j < cols; ++j) emit(i, j, detail::level(row[j] / f.b[size_t(j)], s, -qm - 1.0f, qm), s);
-  }
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) emit(i, j, detail::level(z[size_t(i * cols + j)], s[size_t(i)], -qm - 1.0f, qm), s[size_t(i)]);
 }
 
 }  // namespace
+
+void cross_fold_scales(const CrossFold& f, const float* x, int64_t rows, int64_t cols, float* z, float* s) {
+  SINKQ_CHECK(cols == f.cols(), "crossquant fold: tensor has {} columns, the fold has {}", cols, f.cols());
+  SINKQ_CHECK(rows >= 0, "crossquant fold: rows = {} is negative", rows);
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = x + i * cols;
+    float* zi = z + i * cols;
+    float t = 0.0f, zmax = 0.0f;
+    bool finite = true;
+    for (int64_t j = 0; j < cols; ++j) {
+      finite &= std::isfinite(row[j]);
+      t = std::max(t, std::fabs(row[j]));
+      zi[j] = row[j] / f.b[size_t(j)];
+      zmax = std::max(zmax, std::fabs(zi[j]));
+    }
+    if (!finite) {
+      int64_t j = 0;
+      while (std::isfinite(row[j])) ++j;
+      fail("crossquant: non-finite value {} at row {}, col {}", row[j], i, j);
+    }
+    s[i] = cross_token_scale(f.bits, f.alpha, t, zmax);
+  }
+}
 
 void cross_fold_quantize(const CrossFold& f, const float* x, int64_t rows, int64_t cols, int8_t* q, float* s) {
   fold_rows(f, x, rows, cols, [&](int64_t i, int64_t j, float lev, float si) {

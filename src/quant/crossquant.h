@@ -84,6 +84,10 @@ float cross_fold_factor(float c, float alpha);                  // b_j
 // from kCrossWidenBits bits on).
 inline constexpr int kCrossWidenBits = 8;
 float cross_token_scale(int bits, float alpha, float row_absmax, float folded_absmax);
+// The first half of the rule: z = fl32(x / b) into z[rows, cols] and the token scales s[rows];
+// the codes are then quantize_to_int of each z row at its s (what the packed linears do with
+// lowbit::quantize_rows). Throws sinkq::Error naming the row and column of a non-finite input.
+void cross_fold_scales(const CrossFold& fold, const float* x, int64_t rows, int64_t cols, float* z, float* s);
 // The folded quantizer of x[rows, cols] (fold.cols() columns): codes q (nullable) and the token
 // scales s[rows]. Throws sinkq::Error naming the row and column of a non-finite input.
 void cross_fold_quantize(const CrossFold& fold, const float* x, int64_t rows, int64_t cols, int8_t* q, float* s);

@@ -292,30 +292,12 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
   static thread_local std::vector<float> tmp;
   try {
     if (cross_) {
-      // CrossQuant folded (quant/crossquant.h): the token factor's scales and z = x / b, then the
-      // per-token codes at those scales (the same element rule as quant::cross_fold_quantize).
-      const quant::CrossFold& f = *cross_;
+      // CrossQuant folded (quant/crossquant.h): z = x / b and the token scales, then the per-token
+      // codes at those scales.
       tmp.resize(size_t(T * cols_) + size_t(T));
       float* z = tmp.data();
       float* s = z + T * cols_;
-      for (int64_t i = 0; i < T; ++i) {
-        const float* xi = x + i * cols_;
-        float* zi = z + i * cols_;
-        float t = 0.0f, zmax = 0.0f;
-        bool finite = true;
-        for (int64_t j = 0; j < cols_; ++j) {
-          finite &= std::isfinite(xi[j]);
-          t = std::max(t, std::fabs(xi[j]));
-          zi[j] = xi[j] / f.b[size_t(j)];
-          zmax = std::max(zmax, std::fabs(zi[j]));
-        }
-        if (!finite) {
-          int64_t j = 0;
-          while (std::isfinite(xi[j])) ++j;
-          fail("non-finite value {} at token {}, feature {}", xi[j], i, j);
-        }
-        s[i] = quant::cross_token_scale(f.bits, f.alpha, t, zmax);
-      }
+      quant::cross_fold_scales(*cross_, x, T, cols_, z, s);
       lowbit::quantize_rows(act_, z, T, cols_, s, xq);
     } else if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor)
       lowbit::quantize_static(act_, x, T, cols_, static_, xq);

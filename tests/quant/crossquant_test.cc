@@ -213,7 +213,9 @@ TEST(CrossQuant, StaticColumnsWidenAtEightBitsAndClampBelow) {
         t = std::max(t, std::fabs(x[size_t(i * cols + j)]));
       }
       const float cross = cross_token_scale(bits, 0.15f, t, 0.0f);
-      if (i == 0) EXPECT_EQ(s[0], cross);  // inside the calibrated range: t^α / qmax
+      if (i == 0) {
+        EXPECT_EQ(s[0], cross);  // inside the calibrated range: t^α / qmax
+      }
       widened += s[size_t(i)] > cross;
     }
     if (bits == 8) {

@@ -45,18 +45,5 @@ run "W4A4 cross static a=0.15, weight clip grid" -m "$G" --w-bits 4 --a-bits 4 "
 run "W4A4 g128 per-token" -m "$G" --w-bits 4 --w-group 128 --a-bits 4 --kld
 run "W4A4 g128 cross static a=0.15" -m "$G" --w-bits 4 --w-group 128 --a-bits 4 "${X[@]}" 0.15 --a-cross-cols static \
   "${CAL[@]}" --kld
-python3 - "$OUT" "${ROWS[@]}" <<'PY'
-import json, math, sys, os
-d, rows = sys.argv[1], sys.argv[2:]
-fp = json.load(open(os.path.join(d, "fp.json")))
-print("| row | ppl | Δ mean NLL vs fp (± s.e., 16 windows) | KLD (nats/token) |")
-print("|---|---|---|---|")
-print(f"| fp32 (dequantized GGUF) | {fp['ppl']:.3f} | – | 0 |")
-for name in rows[1:]:
-    r = json.load(open(os.path.join(d, name + ".json")))
-    diffs = [a - b for a, b in zip(r["window_nll"], fp["window_nll"])]
-    n = len(diffs); m = sum(diffs) / n
-    se = math.sqrt(sum((x - m) ** 2 for x in diffs) / (n - 1) / n)
-    print(f"| {name} | {r['ppl']:.3f} | {m:+.4f} ± {se:.4f} | {r['kld']:.4f} |")
-PY
+python3 scripts/ppl_table.py "$OUT" "${ROWS[@]:1}"
 rm -rf "$OUT"

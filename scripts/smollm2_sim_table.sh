@@ -28,19 +28,6 @@ run kv4-rot --kv-bits 4 --rotate --kld
 run head8 --head-bits 8 --kld
 run w8a8-head8 --preset w8a8-head8 --kld
 run w4a8-head8 --w-bits 4 --a-bits 8 --head-bits 8 --kld
-python3 - "$OUT" <<'PY'
-import json, math, sys, os
-d = sys.argv[1]
-fp = json.load(open(os.path.join(d, "fp.json")))
-print("| row | ppl | Δ mean NLL vs fp (± s.e., 16 windows) | KLD (nats/token) |")
-print("|---|---|---|---|")
-print(f"| fp32 (dequantized GGUF) | {fp['ppl']:.3f} | – | 0 |")
-for name in ["w8a8", "w4a16g128", "w4a8", "w4a4", "w4a4-rot", "w4a4-cross", "kv8", "kv4", "kv4-rot",
-             "head8", "w8a8-head8", "w4a8-head8"]:
-    r = json.load(open(os.path.join(d, name + ".json")))
-    diffs = [a - b for a, b in zip(r["window_nll"], fp["window_nll"])]
-    n = len(diffs); m = sum(diffs) / n
-    se = math.sqrt(sum((x - m) ** 2 for x in diffs) / (n - 1) / n)
-    print(f"| {name} | {r['ppl']:.3f} | {m:+.4f} ± {se:.4f} | {r['kld']:.4f} |")
-PY
+python3 scripts/ppl_table.py "$OUT" w8a8 w4a16g128 w4a8 w4a4 w4a4-rot w4a4-cross kv8 kv4 kv4-rot head8 w8a8-head8 \
+  w4a8-head8
 rm -rf "$OUT"

@@ -264,7 +264,7 @@ TEST(CliQuantize, CodebookKvArtifactRunsAsSimulated) {
 
 // CrossQuant with static column maxima (crossquant.h CrossFold) end to end: the artifact stores the
 // column maxima per layer and site, its packed linears run the folded rule, and its ppl equals the
-// simulator's with the same flags (free-running: 2e-3·NLL as above). The per-call mode cannot run
+// simulator's with the same flags (free-running at A4: 1e-2·NLL, below). The per-call mode cannot run
 // packed (an element-wise scale per call), and static columns need --calib: both errors name the flag.
 TEST(CliQuantize, CrossQuantStaticArtifactRunsAsSimulated) {
   testing::TempDir tmp;
@@ -286,11 +286,14 @@ TEST(CliQuantize, CrossQuantStaticArtifactRunsAsSimulated) {
   EXPECT_EQ(packed.at("runtime"), "packed");
   const double nll = sim.at("mean_nll").get<double>();
   std::printf("  W8A4 cross static: packed %.6f simulated %.6f\n", packed.at("mean_nll").get<double>(), nll);
-  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 2e-3 * nll);
-  // Another alpha is another model (1.29 against 1.34 nats here): the fold is not ignored.
+  // Free-running, 4-bit activation codes flip where the two paths' fp32 orders straddle a rounding
+  // boundary: measured 4e-4·NLL on the VNNI path, 3.5e-3·NLL on the AVX2 path; 1e-2·NLL, a third of
+  // what another α moves (below), so a fold that is wrong or missing still fails.
+  EXPECT_NEAR(packed.at("mean_nll").get<double>(), nll, 1e-2 * nll);
+  // Another alpha is another model (1.29 against 1.34 nats here, 3%): the fold is not ignored.
   std::vector<std::string> q2 = q;
   q2[7] = "1";
-  EXPECT_GT(std::fabs(ppl(stories(), q2).at("mean_nll").get<double>() - nll), 1e-2 * nll);
+  EXPECT_GT(std::fabs(ppl(stories(), q2).at("mean_nll").get<double>() - nll), 2e-2 * nll);
 
   expect_error(quantize(tmp.file("percall"), {"--w-bits", "8", "--a-bits", "8", "--a-quant", "cross"}),
                {"--a-cross-cols per_call cannot run", "--a-cross-cols static"});

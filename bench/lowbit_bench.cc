@@ -6,6 +6,8 @@
 // streams (KernelWeights::bytes(): codes + scales (+ zeros); F32/BF16: out·in·size), as in
 // kernels_bench.cc. 2048x2048 fits the L3 in every format; 32000x2048 is the DRAM figure.
 // GEMM (prefill, T = 512): W8A8 / W4A8 vs matmul F32 (OpenBLAS sgemm), FLOPS = 2·T·out·in.
+// One site's linears (q/k/v, gate/up) with the activations quantized once and one gemm_multi
+// dispatch against one quantization and GEMM per matrix.
 // Activation quantization fp32 -> int8 / int4: static per-tensor vs dynamic per-token (PrefixQuant
 // Table 8 shapes, every ISA, 1 and 2 threads), bytes/s = fp32 input bytes.
 //   ./sinkq_lowbit_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -157,6 +159,62 @@ void gemm_clipped_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"isa", "clip", "out", "in"})->Unit(benchmark::kMillisecond)->UseRealTime();
 }
 BENCHMARK(BM_GemmW8Clipped)->Apply(gemm_clipped_args);
+
+// One site's linears (TinyLlama-1.1B: q/k/v 2048 + 256 + 256 rows over 2048 columns; gate/up
+// 5632 + 5632 rows over 2048) from fp32 activations: per-token A8 quantization then the integer
+// GEMMs, either one quantization + one GEMM per matrix (shared 0, the forward before site sharing)
+// or one quantization + one lowbit::gemm_multi dispatch (shared 1, LinearImpl::apply_shared's
+// path). bytes/s = the site's weight bytes. Args: isa, weight format, site (0 q/k/v, 1 gate/up),
+// T, threads, shared.
+void BM_SiteLowbit(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  const PackedFormat f = PackedFormat(st.range(1));
+  const bool qkv = st.range(2) == 0;
+  const int64_t T = st.range(3), in = 2048;
+  const int threads = int(st.range(4));
+  const bool shared = st.range(5) != 0;
+  const std::vector<int64_t> rows = qkv ? std::vector<int64_t>{2048, 256, 256} : std::vector<int64_t>{5632, 5632};
+  std::vector<const lowbit::KernelWeights*> W;
+  std::vector<std::vector<float>> y;
+  int64_t bytes = 0;
+  for (size_t m = 0; m < rows.size(); ++m) {
+    W.push_back(&qweights(f, rows[m], in));  // k and v (gate and up) are one cached matrix: the same bytes either way
+    y.emplace_back(size_t(T * rows[m]));
+    bytes += int64_t(W.back()->bytes());
+  }
+  const std::vector<float> x = vec(size_t(T * in), 5);
+  const int saved = num_threads();
+  set_num_threads(threads);
+  lowbit::PackedTensor q;
+  std::vector<lowbit::GemmOut> outs;
+  for (size_t m = 0; m < W.size(); ++m) outs.push_back({W[m], nullptr, y[m].data()});
+  for (auto _ : st) {
+    if (shared) {
+      lowbit::quantize_dynamic(PackedFormat::A8_PerToken, x.data(), T, in, 1.0f, q);
+      lowbit::gemm_multi(q, outs);
+    } else {
+      for (size_t m = 0; m < W.size(); ++m) {
+        lowbit::quantize_dynamic(PackedFormat::A8_PerToken, x.data(), T, in, 1.0f, q);
+        lowbit::gemm(q, *W[m], nullptr, y[m].data());
+      }
+    }
+    benchmark::DoNotOptimize(y[0].data());
+  }
+  set_num_threads(saved);
+  st.SetBytesProcessed(int64_t(st.iterations()) * bytes);
+  st.SetLabel(std::string(lowbit::kernel_isa_name()) + " " + std::string(lowbit::traits(f).name) + "+a8 " +
+              (qkv ? "q/k/v" : "gate/up") + (shared ? " shared" : " separate"));
+}
+void site_lowbit_args(benchmark::internal::Benchmark* b) {
+  for (int isa : {1, 2})
+    for (PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_G128})
+      for (int site : {0, 1})
+        for (int64_t T : {1, 512})
+          for (int threads : {1, 2})
+            for (int shared : {0, 1}) b->Args({isa, int(f), site, T, threads, shared});
+  b->ArgNames({"isa", "wfmt", "site", "T", "threads", "shared"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_SiteLowbit)->Apply(site_lowbit_args);
 
 // PrefixQuant Table 8: fp32 -> int8 / int4 activation codes, static per-tensor (a calibrated scale,
 // one quantize pass) vs dynamic per-token (an abs-max pass per token, then the quantize pass), at

@@ -11,7 +11,7 @@
 // real int8 / int4 linears on the lowbit kernels) side by side with the fp32 engine, and adds a
 // per-op profile of every configuration. Names: `fp32` (the model as loaded: fp32 compute on its
 // weight dtype) or any name quant::Recipe::from_preset knows (the presets without calibration,
-// and the short names w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8], recipe.h):
+// and the short names w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8|-head4], recipe.h):
 //   w8 / w4    int8 / int4 weights, one scale per output channel, or per group of 32/64/128 input
 //              columns (-gN; 4-bit only), symmetric or asymmetric (-asym, 4-bit groups only)
 //   a8 / a4    int8 / int4 activations at the inputs of q/k/v, o, gate/up and down: dynamic per-token
@@ -21,6 +21,7 @@
 //   kv8 / kv4  the packed int8 / int4 KV cache (runtime/packed_kv.h), dynamic per (token, KV head);
 //              without it the KV cache stays fp32
 //   -head8     embeddings and lm_head in int8 (W8 per row, the head's input int8 per token)
+//   -head4     embeddings and lm_head in int4 (W4 g32, the head's input int8 per token)
 // Embeddings and lm_head are otherwise held as `sinkq quantize --fp-dtype` would store them (--fp-dtype,
 // default auto: f16 for an fp32 source); norms, RoPE and attention stay fp32. The fp32
 // configuration always runs (first): ratios are to it.
@@ -236,8 +237,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--quant", o->quant,
                   "Comma-separated configurations run side by side on real packed low-bit linears, with a "
                   "per-op profile: fp32 (always run, first) and w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static]"
-                  "[-head8], e.g. fp32,w8a8,w4a8,w4a4,w8a8-static,w4a8-head8 (-static: per-tensor activation scales "
-                  "calibrated on one fp32 prefill of the same tokens; -head8: embeddings and lm_head in int8)");
+                  "[-head8|-head4], e.g. fp32,w8a8,w4a8,w4a4,w8a8-static,w4a8-head8 (-static: per-tensor activation scales "
+                  "calibrated on one fp32 prefill of the same tokens; -head8 / -head4: embeddings and lm_head in int8 / "
+                  "int4 g32)");
   cmd->add_flag("--no-profile", o->no_profile, "With --quant: skip the per-op profile pass");
   cmd->add_option("--fp-dtype", o->fp_dtype,
                   "With --quant: embeddings / lm_head of the packed configs, as 'sinkq quantize --fp-dtype' stores "
@@ -373,7 +375,7 @@ void register_bench(CLI::App& app) {
                             : src_dt == DType::F32  ? DType::F16
                                                     : src_dt;
         packed = runtime::with_fp_dtype(packed, fp_dt);  // (an int8 head has no fp table: unchanged)
-        if (!cfg.head8) r.describe += fmt::format(" | embeddings / lm_head {}", dtype_name(fp_dt));
+        if (!cfg.head.on()) r.describe += fmt::format(" | embeddings / lm_head {}", dtype_name(fp_dt));
         r.pack_s = secs(t0, Clock::now());
         {
           Forward qf(packed, ctx, /*max_batch=*/o->prefill);

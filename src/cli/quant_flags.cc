@@ -48,8 +48,10 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                   "CrossQuant column maxima: per_call (default, the paper's) | running_max (causal) | static "
                                   "(calibrated, folded into the weights: runs on the packed kernels; needs --calib)");
   g.head_bits = cmd.add_option("--head-bits", o->head_bits,
-                               "Embeddings and LM head: 8 = int8 (per-row weights, per-token int8 LM-head input), "
-                               "16 = full precision (default)");
+                               "Embeddings and LM head: 8 = int8 (per-row weights), 4 = int4 (groups of --head-group "
+                               "columns), 16 = full precision (default); the LM head's input is int8 per token");
+  g.head_group = cmd.add_option("--head-group", o->head_group,
+                                "--head-bits 4: input columns per scale of the table: 32 (default), 64, 128, or 0 (per row)");
   g.kv_bits = cmd.add_option("--kv-bits", o->kv_bits, "KV cache bits: 2..8, 16 = full precision");
   g.kv_quant = cmd.add_option("--kv-quant", o->kv_quant, "KV scales: dynamic (default) | static (calibrated: needs --calib)");
   g.kv_gran = cmd.add_option("--kv-gran", o->kv_gran,
@@ -118,7 +120,7 @@ bool QuantFlags::calib_flags_given() const {
 std::string QuantFlags::first_given() const {
   const CLI::Option* all[] = {given.preset, given.recipe, given.w_bits, given.w_group, given.w_asym, given.w_clip, given.a_bits,
                               given.a_quant, given.a_asym, given.a_clip, given.a_alpha, given.a_cross_cols,
-                              given.head_bits, given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.kv_codebook,
+                              given.head_bits, given.head_group, given.kv_bits, given.kv_quant, given.kv_gran, given.kv_clip, given.kv_codebook,
                               given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.kv_recent,
                               given.kv_recent_bits, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
@@ -203,7 +205,14 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
                 "unknown --a-cross-cols '{}': expected per_call, running_max or static", a_cross_cols);
     c.a.cross_columns = quant::parse_column_mode(a_cross_cols);
   }
-  if (was_given(g.head_bits)) c.head.bits = head_bits;  // validated with the recipe (8 or 16)
+  if (was_given(g.head_bits)) {  // validated with the recipe (8, 4 or 16)
+    c.head.bits = head_bits;
+    c.head.group = head_bits == 4 ? 32 : 0;
+  }
+  if (was_given(g.head_group)) {
+    SINKQ_CHECK(c.head.bits == 4, "--head-group applies to --head-bits 4 only");
+    c.head.group = head_group;
+  }
   if (was_given(g.kv_bits)) c.kv.bits = quant::parse_bits("--kv-bits", kv_bits);
   if (was_given(g.kv_quant)) c.kv.mode = quant::parse_kv_mode(kv_quant);
   if (was_given(g.kv_gran)) c.kv.granularity = quant::parse_kv_granularity(kv_gran);

@@ -6,6 +6,7 @@
 //   --w-bits N --w-group G --w-asym --w-clip R|grid
 //   --a-bits N --a-quant dynamic|static|cross --a-asym --a-clip R|grid --a-alpha A
 //   --a-cross-cols per_call|running_max
+//   --head-bits 8|4 --head-group 0|32|64|128
 //   --kv-bits N --kv-quant dynamic|static --kv-gran token|head|tensor --kv-clip R|grid
 //   --kv-codebook int|uniform|nf|kmeans|fisher --kv-keys pre_rope_channel|.. --kv-values token|channel
 //   --kv-outliers P --kv-qnorm --kv-recent W --kv-recent-bits 8   (KVQuant, quant/kvquant.h)
@@ -39,7 +40,7 @@ struct QuantFlags {
   std::string preset = "fp16";
   std::string recipe;       // --recipe FILE ("" = not given)
   bool dump_recipe = false;  // --dump-recipe
-  int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16, head_bits = 16;
+  int w_bits = 16, w_group = 0, a_bits = 16, kv_bits = 16, head_bits = 16, head_group = 32;
   bool w_asym = false, a_asym = false, rotate = false;
   float a_alpha = 0.15f;
   std::string w_clip = "1", a_clip = "grid", kv_clip = "grid";
@@ -70,7 +71,7 @@ struct QuantFlags {
     CLI::Option *a_bits = nullptr, *a_quant = nullptr, *a_asym = nullptr, *a_clip = nullptr, *a_alpha = nullptr,
                 *a_cross_cols = nullptr;
     CLI::Option *kv_bits = nullptr, *kv_quant = nullptr, *kv_gran = nullptr, *kv_clip = nullptr;
-    CLI::Option *head_bits = nullptr;
+    CLI::Option *head_bits = nullptr, *head_group = nullptr;
     CLI::Option *kv_codebook = nullptr, *kv_keys = nullptr, *kv_values = nullptr, *kv_outliers = nullptr,
                 *kv_qnorm = nullptr, *kv_recent = nullptr, *kv_recent_bits = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;

@@ -25,8 +25,9 @@ nlohmann::json quantize_artifact(const std::string& model_path, const std::strin
   // Everything that can be refused without loading is refused first.
   runtime::check_runnable(recipe);
   resolve_fp_dtype(opt.fp_dtype, DType::F32, opt.fp_dtype_name);
-  SINKQ_CHECK(!recipe.head.on() || opt.fp_dtype == "auto", "{} {} with --head-bits 8: the embeddings and the LM head "
-              "are stored in int8, so no full-precision table is left to store", opt.fp_dtype_name, opt.fp_dtype);
+  SINKQ_CHECK(!recipe.head.on() || opt.fp_dtype == "auto", "{} {} with --head-bits {}: the embeddings and the LM head "
+              "are stored in int{}, so no full-precision table is left to store", opt.fp_dtype_name, opt.fp_dtype,
+              recipe.head.bits, recipe.head.bits);
   std::error_code ec;
   SINKQ_CHECK(opt.force || !std::filesystem::exists(out, ec),
               "'{}' already exists: refusing to overwrite it (use {} to replace it)", out, opt.force_name);

@@ -34,6 +34,14 @@ struct LinearImpl {
   // Rows `ids` of the weight matrix, dequantized, into out[ids.size(), in] (an embedding table
   // held by its implementation). Throws sinkq::Error for an id outside [0, out).
   virtual void gather_rows(std::span<const int32_t> ids, float* out) const = 0;
+  // Several linears over the same input x (q/k/v; gate/up): y[m] = others[m]'s apply(x, T,
+  // bias[m]), where others[0] is this. The default calls apply for each; an implementation shares
+  // the work it can (packed: one activation quantization and one GEMM dispatch for the whole site)
+  // with results equal bit for bit to the separate calls.
+  virtual void apply_shared(const float* x, int64_t T, std::span<const LinearImpl* const> others,
+                            std::span<const float* const> bias, std::span<float* const> y) const {
+    for (size_t m = 0; m < others.size(); ++m) others[m]->apply(x, T, bias[m], y[m]);
+  }
 };
 
 // The seven linear roles of a decoder layer, in forward order: one table for every loop over
@@ -105,10 +113,10 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   const float* final_norm = nullptr; // [hidden]
   Mat lm_head;                       // [vocab, hidden]; == embed when tied
-  // The int8 head (quant/recipe.h HeadSim; runtime/packed_linear.h): when set, the LM head runs
+  // The packed (int8 / int4) head (quant/recipe.h HeadSim; runtime/packed_linear.h): when set, the LM head runs
   // lm_head_impl and embedding rows come from embed_impl (the same object when tied); the Mats
   // above then keep their shapes and names, and their data only where the source's tensors are
-  // still held (an artifact stores the int8 table alone: data == nullptr).
+  // still held (an artifact stores the packed table alone: data == nullptr).
   std::shared_ptr<const LinearImpl> lm_head_impl, embed_impl;
   // Owned fp32 buffers (norms, biases, and any transformed weights later passes create).
   // A Mat whose bytes in the file are not aligned to its element size (possible in valid but

@@ -256,28 +256,45 @@ KernelWeights repack(const PackedTensor& w) {
 // ---- GEMM ---------------------------------------------------------------------------------
 
 void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, float* y) {
+  const GemmOut one{&w, bias, y};
+  gemm_multi(x, std::span(&one, 1));
+}
+
+void gemm_multi(const PackedTensor& x, std::span<const GemmOut> outs) {
   const FormatDesc& xt = x.info();
-  const FormatDesc& wt = traits(w.format);
   check_activations(x, "gemm");
+  SINKQ_CHECK(!outs.empty(), "lowbit gemm: no weight matrices");
+  constexpr size_t kMaxOuts = 8;
+  SINKQ_CHECK(outs.size() <= kMaxOuts, "lowbit gemm: at most {} weight matrices per call, got {}", kMaxOuts,
+              outs.size());
+  const PackedFormat wf = outs[0].w->format;
+  const FormatDesc& wt = traits(wf);
   SINKQ_CHECK(wt.role == Role::Weight, "lowbit gemm: {} is an activation format, expected weights", wt.name);
   const int step = wt.bits == 4 ? 8 : 4;
-  const int64_t T = x.rows, N = w.rows, K = w.cols, nb = (N + 15) / 16;
-  SINKQ_CHECK(x.cols == K, "lowbit gemm: activations have {} features, {} weights [{}, {}] expect {}", x.cols,
-              wt.name, N, K, K);
-  SINKQ_CHECK(N > 0 && K <= kMaxCols && w.steps == (K + step - 1) / step &&
-                  w.groups == (wt.group > 0 ? K / wt.group : 1) &&
-                  w.codes.size() == size_t(nb * w.steps * 64) && w.scales.size() == size_t(nb * w.groups * 16) &&
-                  w.zeros.size() == (wt.symmetric ? 0 : w.scales.size()) && neg128_ok(w, wt, nb),
-              "lowbit gemm: {} kernel weights [{}, {}] are not in the repack() layout", wt.name, N, K);
+  const int64_t T = x.rows, K = x.cols;
+  for (const GemmOut& o : outs) {
+    const KernelWeights& w = *o.w;
+    SINKQ_CHECK(w.format == wf, "lowbit gemm: one call takes weights of one format, got {} and {}", wt.name,
+                traits(w.format).name);
+    const int64_t N = w.rows, nb = (N + 15) / 16;
+    SINKQ_CHECK(w.cols == K, "lowbit gemm: activations have {} features, {} weights [{}, {}] expect {}", x.cols,
+                wt.name, N, w.cols, w.cols);
+    SINKQ_CHECK(N > 0 && K <= kMaxCols && w.steps == (K + step - 1) / step &&
+                    w.groups == (wt.group > 0 ? K / wt.group : 1) &&
+                    w.codes.size() == size_t(nb * w.steps * 64) && w.scales.size() == size_t(nb * w.groups * 16) &&
+                    w.zeros.size() == (wt.symmetric ? 0 : w.scales.size()) && neg128_ok(w, wt, nb),
+                "lowbit gemm: {} kernel weights [{}, {}] are not in the repack() layout", wt.name, N, K);
+  }
   if (T == 0) return;
 
-  // Prologue, O(T·K), per token: int8 activation codes (A4 widened), per-group code sums for the
-  // zero-offset correction, the zero-padded partial last step. Scratch of the calling thread.
+  // Prologue, O(T·K), per token, once for every matrix (one format: one group layout): int8
+  // activation codes (A4 widened), per-group code sums for the zero-offset correction, the
+  // zero-padded partial last step. Scratch of the calling thread.
   static thread_local std::vector<int8_t> wide;
   static thread_local std::vector<int32_t> xsum;
   static thread_local std::vector<uint8_t> xtail;
   const bool a4 = xt.bits == 4, grouped = wt.group > 0;
-  const int64_t ng = w.groups, gcols = grouped ? wt.group : K;
+  const int64_t ng = grouped ? K / wt.group : 1, gcols = grouped ? wt.group : K;
   const int64_t full = K / step, rem = K % step;  // per-group: rem == 0 (group % 32 == 0)
   if (a4) wide.resize(size_t(T * K));
   xsum.resize(size_t(T * ng));
@@ -303,41 +320,64 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
     }
   });
 
-  GemmArgs a;
-  a.w4 = wt.bits == 4;
-  a.grouped = grouped;
-  a.asym = !wt.symmetric;
-  a.w = w.codes.data();
-  a.ws = w.scales.data();
-  a.wz = a.asym ? w.zeros.data() : nullptr;
-  a.out = N;
-  a.neg128_start = w.neg128_start.empty() ? nullptr : w.neg128_start.data();
-  a.neg128 = w.neg128.data();
-  a.steps = w.steps;
-  a.groups = ng;
-  a.steps_per_group = grouped ? wt.group / step : full;
-  a.tail = rem != 0;
-  a.T = T;
-  a.x = codes;
-  a.ldx = K;
-  a.xtail = rem ? tails : nullptr;
-  a.xsum = sums;
-  a.xs = x.scales.data();
-  a.xs_stride = xt.granularity == quant::Granularity::PerTensor ? 0 : 1;
-  a.bias = bias;
-  a.y = y;
+  // One GemmArgs per matrix; work items of row blocks over all of them.
+  GemmArgs args[kMaxOuts];
+  int64_t nbs[kMaxOuts];
+  double ns = 0.0;
+  int64_t nb_all = 0;
+  for (size_t m = 0; m < outs.size(); ++m) {
+    const KernelWeights& w = *outs[m].w;
+    GemmArgs& a = args[m];
+    a.w4 = wt.bits == 4;
+    a.grouped = grouped;
+    a.asym = !wt.symmetric;
+    a.w = w.codes.data();
+    a.ws = w.scales.data();
+    a.wz = a.asym ? w.zeros.data() : nullptr;
+    a.out = w.rows;
+    a.neg128_start = w.neg128_start.empty() ? nullptr : w.neg128_start.data();
+    a.neg128 = w.neg128.data();
+    a.steps = w.steps;
+    a.groups = ng;
+    a.steps_per_group = grouped ? wt.group / step : full;
+    a.tail = rem != 0;
+    a.T = T;
+    a.x = codes;
+    a.ldx = K;
+    a.xtail = rem ? tails : nullptr;
+    a.xsum = sums;
+    a.xs = x.scales.data();
+    a.xs_stride = xt.granularity == quant::Granularity::PerTensor ? 0 : 1;
+    a.bias = outs[m].bias;
+    a.y = outs[m].y;
+    nbs[m] = (w.rows + 15) / 16;
+    nb_all += nbs[m];
+    // ~20 GB/s of weight bytes per core (decode) and ~64 int8 MACs per ns per core (prefill).
+    ns += double(w.codes.size()) / 20.0 + double(T) * double(w.rows) * double(K) / 64.0;
+  }
 
   const LowbitTable& k = detail::table();
-  // ~20 GB/s of weight bytes per core (decode) and ~64 int8 MACs per ns per core (prefill).
-  const double ns = double(w.codes.size()) / 20.0 + double(T) * double(N) * double(K) / 64.0;
   const int nt = threads_for(ns);
-  if (nt == 1) return k.gemm(a, 0, nb);
+  if (nt == 1) {
+    for (size_t m = 0; m < outs.size(); ++m) k.gemm(args[m], 0, nbs[m]);
+    return;
+  }
   // Work items of 4..16 row blocks (64..256 rows; multiples of every ISA's blocks per tile),
-  // ~8 per thread, handed out dynamically (a thread that loses its core delays one item).
-  int64_t per = nb / (int64_t(nt) * 8);
+  // ~8 per thread, handed out dynamically (a thread that loses its core delays one item); each
+  // item within one matrix, so a row's result is the same whatever the split (independent of
+  // the thread count and of which matrices share the call).
+  int64_t per = nb_all / (int64_t(nt) * 8);
   per = std::clamp<int64_t>(per / 4 * 4, 4, 16);
-  const int64_t items = (nb + per - 1) / per;
-  parallel_for(nt, items, 1, [&](int64_t it, int64_t) { k.gemm(a, it * per, std::min(nb, (it + 1) * per)); });
+  int64_t first[kMaxOuts + 1];  // matrix m's items are [first[m], first[m + 1])
+  first[0] = 0;
+  for (size_t m = 0; m < outs.size(); ++m) first[m + 1] = first[m] + (nbs[m] + per - 1) / per;
+  const size_t nm = outs.size();
+  parallel_for(nt, first[nm], 1, [&](int64_t it, int64_t) {
+    size_t m = 0;
+    while (it >= first[m + 1]) ++m;
+    const int64_t b0 = (it - first[m]) * per;
+    k.gemm(args[m], b0, std::min(nbs[m], b0 + per));
+  });
 }
 
 // ---- reference ----------------------------------------------------------------------------

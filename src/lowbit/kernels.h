@@ -38,6 +38,7 @@
 #include <memory>
 #include <new>
 #include <string_view>
+#include <span>
 #include <vector>
 
 #include "formats/quantizer.h"
@@ -118,6 +119,17 @@ KernelWeights repack(const PackedTensor& w);
 // weight format; T = x.rows (T = 1 is the decode GEMV). Throws sinkq::Error on a format or shape
 // mismatch. y must not alias anything else.
 void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, float* y);
+
+// Several weight matrices of one format over one activation (q/k/v, gate/up): y_m = x̂ · ŵ_mᵀ
+// (+ bias_m), each bit for bit gemm(x, *w_m, bias_m, y_m)'s, with one activation prologue and one
+// parallel pass over all their row blocks (one dispatch instead of one per matrix). At most 8
+// matrices; weights of different formats are a sinkq::Error (call gemm per format).
+struct GemmOut {
+  const KernelWeights* w = nullptr;
+  const float* bias = nullptr;  // [w->rows] or nullptr
+  float* y = nullptr;           // [T, w->rows]
+};
+void gemm_multi(const PackedTensor& x, std::span<const GemmOut> outs);
 
 // The ISA path gemm / quantize_* take now: "scalar", "avx2" or "avx512-vnni".
 std::string_view kernel_isa_name();

@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -69,7 +71,39 @@ inline void linear(const float* x, int64_t T, const Mat& w, const LinearImpl* im
   if (impl) impl->apply(x, T, bias, y); else matmul(x, T, w, bias, y);
 }
 
+std::atomic<int> g_site_sharing{-1};  // -1: not read from SINKQ_SITE_SHARING yet
+
+// The linears of one site over the same input (q/k/v, gate/up): through the first one's
+// apply_shared when every one has a LinearImpl (e.g. packed: the activations quantized once) and
+// sharing is on (site_sharing()), else one by one.
+template <size_t N>
+void site_linears(const float* x, int64_t T, const Mat* const (&w)[N], const LinearImpl* const (&impl)[N],
+                  const float* const (&bias)[N], float* const (&y)[N]) {
+  bool all = site_sharing();
+  for (const LinearImpl* i : impl) all = all && i != nullptr;
+  if (all) {
+    impl[0]->apply_shared(x, T, impl, bias, y);
+    return;
+  }
+  for (size_t m = 0; m < N; ++m) linear(x, T, *w[m], impl[m], bias[m], y[m]);
+}
+
 }  // namespace
+
+void set_site_sharing(bool on) { g_site_sharing.store(on ? 1 : 0); }
+
+bool site_sharing() {
+  int on = g_site_sharing.load(std::memory_order_relaxed);
+  if (on < 0) {
+    const char* env = std::getenv("SINKQ_SITE_SHARING");
+    const std::string v = env ? env : "";
+    SINKQ_CHECK(v.empty() || v == "0" || v == "1", "SINKQ_SITE_SHARING='{}': expected 0 (off) or 1 (on)", v);
+    int expected = -1;
+    g_site_sharing.compare_exchange_strong(expected, v == "0" ? 0 : 1);  // a concurrent set_site_sharing() wins
+    on = g_site_sharing.load();
+  }
+  return on == 1;
+}
 
 std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
   auto m = std::make_shared<Model>();
@@ -406,9 +440,8 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   // Attention block.
   rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
   each(Site::AttnIn, xn, H);
-  linear(xn, T, w.wq, w.impl.q.get(), w.bq, q_.data());
-  linear(xn, T, w.wk, w.impl.k.get(), w.bk, k);
-  linear(xn, T, w.wv, w.impl.v.get(), w.bv, v);
+  site_linears<3>(xn, T, {&w.wq, &w.wk, &w.wv}, {w.impl.q.get(), w.impl.k.get(), w.impl.v.get()}, {w.bq, w.bk, w.bv},
+                  {q_.data(), k, v});
   each(Site::KPreRope, k, KV);
   for (const Part& p : parts) {
     Forward& f = *p.f;
@@ -445,8 +478,8 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   // MLP block (SwiGLU).
   rmsnorm(x, w.mlp_norm, xn, T, H, c.rms_norm_eps);
   each(Site::MlpIn, xn, H);
-  linear(xn, T, w.w_gate, w.impl.gate.get(), nullptr, gate_.data());
-  linear(xn, T, w.w_up, w.impl.up.get(), nullptr, up_.data());
+  site_linears<2>(xn, T, {&w.w_gate, &w.w_up}, {w.impl.gate.get(), w.impl.up.get()}, {nullptr, nullptr},
+                  {gate_.data(), up_.data()});
   silu_mul(gate_.data(), up_.data(), T, I);
   each(Site::DownIn, gate_.data(), I);
   linear(gate_.data(), T, w.w_down, w.impl.down.get(), nullptr, tmp_.data());

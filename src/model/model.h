@@ -51,6 +51,13 @@ class Model {
   std::shared_ptr<const Model> base_;          // with_weights(): owner of borrowed weight memory
 };
 
+// A layer's q/k/v and gate/up through LinearImpl::apply_shared (on, the default: packed linears
+// quantize their input once per site and run one GEMM dispatch) or one apply each (off:
+// SINKQ_SITE_SHARING=0 in the environment, or set_site_sharing(false): benchmarks compare the two;
+// the results are the same bit for bit). Applies to the next layer a Forward runs.
+void set_site_sharing(bool on);
+bool site_sharing();
+
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
 // share the code; the KV cache grows with every call.
 class Forward {

@@ -158,10 +158,14 @@ std::string Recipe::calibration_needed_by() const {
 }
 
 void Recipe::validate() const {
-  SINKQ_CHECK(head.bits == 8 || head.bits == kBitsOff, "--head-bits must be 8 (int8 embeddings and LM head) or 16 "
-              "(full precision), got {}", head.bits);
-  SINKQ_CHECK(!head.on() || prefix.train_epochs == 0, "--head-bits 8 with --prefix-train: IntactKV+Cal's training "
-              "model (train/grad_model.h) runs the LM head in full precision; train the prefix without --head-bits");
+  SINKQ_CHECK(head.bits == 8 || head.bits == 4 || head.bits == kBitsOff, "--head-bits must be 8 or 4 (int8 / int4 "
+              "embeddings and LM head) or 16 (full precision), got {}", head.bits);
+  SINKQ_CHECK(head.bits != 8 || head.group == 0, "--head-group {} with --head-bits 8: the int8 table has one scale per "
+              "row (--head-group 0)", head.group);
+  SINKQ_CHECK(head.bits != 4 || head.group == 0 || head.group == 32 || head.group == 64 || head.group == 128,
+              "--head-group must be 0 (per row), 32, 64 or 128 (the packed W4 formats), got {}", head.group);
+  SINKQ_CHECK(!head.on() || prefix.train_epochs == 0, "--head-bits {} with --prefix-train: IntactKV+Cal's training "
+              "model (train/grad_model.h) runs the LM head in full precision; train the prefix without --head-bits", head.bits);
   parse_bits("--w-bits", w.bits);
   parse_bits("--a-bits", a.bits);
   parse_bits("--kv-bits", kv.bits);
@@ -262,6 +266,11 @@ bool WeightRule::matches(int layer, int role, int num_layers) const {
   for (int l : layers)
     if ((l >= 0 ? l : num_layers + l) == layer) return true;
   return false;
+}
+
+std::string HeadSim::describe() const {
+  if (!on()) return "fp";
+  return fmt::format("W{} {}", bits, group > 0 ? fmt::format("g{}", group) : std::string("per-row"));
 }
 
 std::string WeightRule::describe() const {
@@ -385,7 +394,7 @@ std::string Recipe::describe() const {
     }
   }
   for (const WeightRule& r : weight_rules) s += " | " + r.describe();
-  if (head.on()) s += " | head W8A8 per-row/per-token";
+  if (head.on()) s += " | head " + head.describe() + " A8 per-token";
   if (rotate.on) s += fmt::format(" | rotate seed={}", rotate.seed);
   const bool train = prefix.train_epochs > 0;
   if (prefix.requested()) {
@@ -414,11 +423,12 @@ std::vector<std::string> Recipe::preset_names() {
 
 namespace {
 
-// w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8] into c (weights per output channel or
-// groups of G, sym or asym; activations dynamic per-token, or static per-tensor with the clip grid;
-// KV dynamic per-head sym; -head8: int8 embeddings and LM head). False when `name` is not of that form.
+// w{8|4}a{8|4}[kv{8|4}][-g{32|64|128}][-asym][-static][-head8|-head4] into c (weights per output
+// channel or groups of G, sym or asym; activations dynamic per-token, or static per-tensor with the
+// clip grid; KV dynamic per-head sym; -head8: int8 embeddings and LM head per row, -head4: int4 g32).
+// False when `name` is not of that form.
 bool parse_short_name(std::string_view name, Recipe& c) {
-  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?(-head8)?");
+  static const std::regex re("w(8|4)a(8|4)(kv(8|4))?(-g(32|64|128))?(-asym)?(-static)?(-head(8|4))?");
   std::cmatch m;
   if (!std::regex_match(name.begin(), name.end(), m, re)) return false;
   c.w.bits = std::stoi(m[1]);
@@ -430,7 +440,10 @@ bool parse_short_name(std::string_view name, Recipe& c) {
     c.a.mode = ActMode::Static;
     c.a.clip_grid = true;
   }
-  if (m[9].matched) c.head.bits = 8;
+  if (m[9].matched) {
+    c.head.bits = std::stoi(m[10]);
+    c.head.group = c.head.bits == 4 ? 32 : 0;
+  }
   return true;
 }
 
@@ -486,7 +499,7 @@ Recipe Recipe::from_preset(std::string_view name) {
     std::string names;
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     fail("unknown preset '{}' (--preset): expected one of {}, or a short name "
-         "w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym][-static][-head8] (e.g. w4a8kv4, w4a8-g128, w4a4-static, "
+         "w{{8|4}}a{{8|4}}[kv{{8|4}}][-g{{32|64|128}}][-asym][-static][-head8|-head4] (e.g. w4a8kv4, w4a8-g128, w4a4-static, "
          "w8a8-head8)",
          name, names);
   }

@@ -264,18 +264,22 @@ struct FinetuneSim {
   bool on() const { return epochs > 0; }
 };
 
-// The embeddings and the LM head in int8 (issue 19; off by default). Decision: one setting for
-// both, bits 8 only: the table is W8 per output row (one symmetric scale per vocabulary entry,
-// clip 1 — a row's absmax maps to ±127), and the LM head's input (site head_in: the final norm's
-// output) is quantized int8 per token, dynamic, symmetric, whatever `a` says — as llama.cpp's
-// Q8_0 output matmul does. Tied embeddings stay tied: one int8 table serves the lookup and the
-// head (an embedding row is that row dequantized, exactly the simulated value). Why not 4 bits or
-// static scales: the head's error reaches every logit directly; 8 bits is what every peer ships.
+// The embeddings and the LM head in int8 or int4 (issue 19; off by default). Decision: one setting
+// for both. bits 8: the table is W8 per output row (one symmetric scale per vocabulary entry, clip
+// 1 — a row's absmax maps to ±127). bits 4: W4 symmetric in groups of `group` input columns (32 by
+// default, llama.cpp's Q4_0 block; 64, 128, or 0 = per row), clip 1 — for artifacts whose table
+// would otherwise be a fifth of the bytes (SmolLM2: 28 of 135M parameters); it costs fidelity that
+// docs/results-smollm2.md measures, so it is never a preset's default. Either way the LM head's
+// input (site head_in: the final norm's output) is quantized int8 per token, dynamic, symmetric,
+// whatever `a` says — as llama.cpp's output matmul does. Tied embeddings stay tied: one table
+// serves the lookup and the head (an embedding row is that row dequantized, exactly the simulated
+// value). Static scales: no — the head's error reaches every logit directly.
 struct HeadSim {
-  int bits = kBitsOff;  // 8, or kBitsOff (fp: the source's or --fp-dtype)
+  int bits = kBitsOff;  // 8, 4, or kBitsOff (fp: the source's or --fp-dtype)
+  int group = 0;        // bits 4: 0 (per row), 32, 64 or 128 input columns per scale; bits 8: 0
   bool on() const { return bits != kBitsOff; }
-  // The table's weight setting (sim.h fake_quant_weight; the packed runtime's W8_PerRow).
-  WeightSim weights() const { return WeightSim{.bits = 8, .group = 0, .symmetric = true, .clip = 1.0f}; }
+  // The table's weight setting (sim.h fake_quant_weight; the packed runtime's W8_PerRow / W4_*).
+  WeightSim weights() const { return WeightSim{.bits = bits, .group = group, .symmetric = true, .clip = 1.0f}; }
   // The LM head input's quantizer (site head_in): int8 per token, dynamic, symmetric.
   QuantSpec activations() const {
     QuantSpec q;
@@ -284,6 +288,8 @@ struct HeadSim {
     q.granularity = Granularity::PerRow;
     return q;
   }
+  // e.g. "W8 per-row", "W4 g32"
+  std::string describe() const;
 };
 
 // ---- per-(layer, role) weight rules ----------------------------------------------------------

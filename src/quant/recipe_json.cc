@@ -157,9 +157,10 @@ nlohmann::json Recipe::to_json() const {
                      {"batch", finetune.batch}};  // absent when off: recipes from before it read back unchanged
   if (head.on())  // absent when off, as finetune
     j["head"] = {{"bits", head.bits},
-                 {"weights", "per_row_symmetric"},
+                 {"weights", head.group > 0 ? fmt::format("g{}_symmetric", head.group) : "per_row_symmetric"},
                  {"activations", "dynamic_per_token_symmetric"},
                  {"matrices", {"embed_tokens", "lm_head"}}};
+  if (head.on() && head.bits != 8) j["head"]["group_size"] = head.group;  // int8 heads: per row, key absent as before
   if (needs_calibration()) {
     json g = json::array();
     for (float r : calib.grid) g.push_back(json_float(r));
@@ -357,8 +358,9 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jr, "seed")) c.rotate.seed = R.unsigned64(*v, "rotation.seed");
   }
   if (const json* jh = R.find(j, "head")) {
-    R.keys(*jh, "head", {"bits"}, {"weights", "activations", "matrices"});
+    R.keys(*jh, "head", {"bits", "group_size"}, {"weights", "activations", "matrices"});
     if (const json* v = R.find(*jh, "bits")) c.head.bits = R.integer(*v, "head.bits");
+    if (const json* v = R.find(*jh, "group_size")) c.head.group = R.integer(*v, "head.group_size");  // absent: 0
   }
   if (const json* jp = R.find(j, "prefix"); jp && !jp->is_null()) {
     R.keys(*jp, "prefix", {"spec", "tokens", "source", "eta", "bos_id", "train"},

@@ -194,7 +194,7 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
       L.mat(i) = fake_quant_mat(ws, L.mat(i), w, r, fold);
     }
   }
-  if (cfg.head.on()) {  // the int8 table: one for both when tied (recipe.h HeadSim)
+  if (cfg.head.on()) {  // the int8 / int4 table: one for both when tied (recipe.h HeadSim)
     const bool tied = src.tied();
     w.lm_head = fake_quant_mat(cfg.head.weights(), src.lm_head, w);
     w.embed = tied ? w.lm_head : fake_quant_mat(cfg.head.weights(), src.embed, w);

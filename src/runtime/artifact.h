@@ -25,8 +25,9 @@
 //         names; embeddings / lm_head in the QuantizedModel's dtype (the source's, or fp_dtype),
 //         norms and biases F32
 //     lm_head.{codes,scales}, model.embed_tokens.{codes,scales} (untied only): instead of those
-//         two, with the recipe's int8 head (quant/recipe.h HeadSim): W8 per row, as a linear's
-//         block; fp_dtype is then "int8"
+//         two, with the recipe's int8 / int4 head (quant/recipe.h HeadSim): W8 per row or W4 in
+//         groups, as a linear's blocks (a ragged last group: <base>.tail.{codes,scales});
+//         fp_dtype is then "int8" / "int4"
 //     __metadata__: "format" = "sinkq-artifact", "format_version" = "3", "recipe_checksum" (of
 //         sinkq_recipe.json's format_version, config_checksum, lm_head_tied, fp_dtype and recipe:
 //         artifact_schema.h), and per linear
@@ -63,7 +64,7 @@ namespace sinkq::runtime {
 //    the recipe's in model.safetensors' __metadata__ ("recipe_checksum"); "source" is the model path.
 inline constexpr int kArtifactFormatVersion = 3;
 
-// sinkq_recipe.json's "fp_dtype" of w: the embeddings' storage type, or "int8" for the int8 head.
+// sinkq_recipe.json's "fp_dtype" of w: the embeddings' storage type, or "int8" / "int4" for a packed head.
 std::string fp_dtype_label(const ModelWeights& w);
 
 struct WriteOptions {

@@ -179,11 +179,16 @@ QuantizedModel load_artifact(const std::string& dir) {
   ModelWeights w;
   const int64_t H = mc.hidden_size;
   if (qm.cfg.head.on()) {
-    // The int8 head (quant/recipe.h HeadSim): W8 per-row tables, no fp copy.
+    // The int8 / int4 head (quant/recipe.h HeadSim): packed tables, no fp copy; their column
+    // blocks follow from the recipe and the hidden size (weight_blocks: a ragged last group is a
+    // second block, <base>.tail, as a linear's).
     auto table = [&](const std::string& base) -> std::shared_ptr<const LinearImpl> {
       std::vector<PackedLinear::PlanarBlock> blocks;
-      blocks.push_back({0, read_packed(base, lowbit::traits(PackedFormat::W8_PerRow), mc.vocab_size, H)});
       try {
+        const std::vector<WeightBlock> layout = weight_blocks(qm.cfg.head.weights(), H, base + ".weight");
+        for (size_t b = 0; b < layout.size(); ++b)
+          blocks.push_back({layout[b].col0, read_packed(b == 0 ? base : base + ".tail", lowbit::traits(layout[b].format),
+                                                        mc.vocab_size, layout[b].cols)});
         return std::make_shared<const PackedLinear>(base + ".weight", mc.vocab_size, H, std::move(blocks),
                                                     head_act_format());
       } catch (const Error& e) {

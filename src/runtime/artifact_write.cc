@@ -109,7 +109,10 @@ void write_json_file(const std::string& path, const json& j) { write_file_atomic
 }  // namespace
 
 std::string fp_dtype_label(const ModelWeights& w) {
-  return w.lm_head_impl ? "int8" : std::string(dtype_name(w.embed.dtype));
+  if (!w.lm_head_impl) return std::string(dtype_name(w.embed.dtype));
+  const auto* pl = dynamic_cast<const PackedLinear*>(w.lm_head_impl.get());
+  SINKQ_CHECK(pl != nullptr && !pl->blocks().empty(), "fp_dtype_label: the LM head is not a packed table");
+  return fmt::format("int{}", lowbit::traits(pl->blocks()[0].w.format).bits);
 }
 
 bool is_artifact(const std::string& dir) {
@@ -150,11 +153,11 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     tl.add_view(name, DType::F32, {n}, v, size_t(n) * sizeof(float));
   };
   const bool tied = w.tied();
-  if (w.lm_head_impl) {  // the int8 head: its W8 per-row tables (artifact.h)
+  if (w.lm_head_impl) {  // the int8 / int4 head: its packed tables (artifact.h), blocks as a linear's
     auto table = [&](const std::string& base, const LinearImpl* impl) {
       const auto* pl = dynamic_cast<const PackedLinear*>(impl);
-      SINKQ_CHECK(pl != nullptr && pl->blocks().size() == 1, "write_artifact: {} is not a one-block packed table", base);
-      add_packed(tl, base, pl->planar(0));
+      SINKQ_CHECK(pl != nullptr, "write_artifact: {} is not a packed table", base);
+      for (size_t b = 0; b < pl->blocks().size(); ++b) add_packed(tl, b == 0 ? base : base + ".tail", pl->planar(b));
     };
     table("lm_head", w.lm_head_impl.get());
     if (!tied) table("model.embed_tokens", w.embed_impl.get());

@@ -128,7 +128,7 @@ std::string RuntimeConfig::describe() const {
                          : a.mode == ActMode::Static ? std::string("static per-tensor")
                          : fmt::format("CrossQuant static columns alpha={}", a.cross.empty() ? 0.0f : a.cross[0].alpha);
   s += fmt::format(" | A{} {} {}", a.bits, am, sym_name(a.symmetric));
-  if (head8) s += " | head W8A8";
+  if (head.on()) s += fmt::format(" | head {} A8", head.describe());
   return s;
 }
 
@@ -285,10 +285,7 @@ PackedTensor PackedLinear::planar(size_t b) const {
   return pt;
 }
 
-void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y) const {
-  if (T <= 0) return;
-  // Per-thread scratch (capacity reused): apply() may run on several threads at once.
-  static thread_local PackedTensor xq, part;
+void PackedLinear::quantize_input(const float* x, int64_t T, PackedTensor& xq) const {
   static thread_local std::vector<float> tmp;
   try {
     if (cross_) {
@@ -307,6 +304,11 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
     fail("{}: its input activations: {} (a NaN / Inf produced upstream of this linear: check the model's weights)",
          name_, e.what());
   }
+}
+
+void PackedLinear::run(const PackedTensor& xq, const float* bias, float* y) const {
+  static thread_local PackedTensor part;
+  static thread_local std::vector<float> tmp;
   if (blocks_.size() == 1) {
     lowbit::gemm(xq, blocks_[0].w, bias, y);
     return;
@@ -314,12 +316,54 @@ void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y)
   // Ragged last group: y = gemm(main columns) + bias, then + gemm(tail columns), in this order.
   slice_columns(xq, blocks_[0].col0, blocks_[0].cols, part);
   lowbit::gemm(part, blocks_[0].w, bias, y);
-  tmp.resize(size_t(T * rows_));
+  tmp.resize(size_t(xq.rows * rows_));
   for (size_t b = 1; b < blocks_.size(); ++b) {
     slice_columns(xq, blocks_[b].col0, blocks_[b].cols, part);
     lowbit::gemm(part, blocks_[b].w, nullptr, tmp.data());
     for (size_t i = 0; i < tmp.size(); ++i) y[i] += tmp[i];
   }
+}
+
+void PackedLinear::apply(const float* x, int64_t T, const float* bias, float* y) const {
+  if (T <= 0) return;
+  static thread_local PackedTensor xq;  // per-thread scratch (capacity reused): apply() may run on several threads
+  quantize_input(x, T, xq);
+  run(xq, bias, y);
+}
+
+bool PackedLinear::same_input_quantization(const PackedLinear& o) const {
+  if (o.cols_ != cols_ || o.act_ != act_) return false;
+  if (lowbit::traits(act_).granularity == quant::Granularity::PerTensor &&
+      (o.static_.scale != static_.scale || o.static_.zero != static_.zero))
+    return false;
+  if (bool(o.cross_) != bool(cross_)) return false;
+  return !cross_ || o.cross_ == cross_ ||
+         (o.cross_->bits == cross_->bits && o.cross_->alpha == cross_->alpha && o.cross_->col_max == cross_->col_max);
+}
+
+void PackedLinear::apply_shared(const float* x, int64_t T, std::span<const LinearImpl* const> others,
+                                std::span<const float* const> bias, std::span<float* const> y) const {
+  SINKQ_ASSERT(others.size() == bias.size() && others.size() == y.size() && !others.empty() && others[0] == this);
+  constexpr size_t kMax = 8;
+  const PackedLinear* pl[kMax];
+  bool share = others.size() <= kMax;
+  bool one_format = share;  // every member one block of one format: one GEMM dispatch
+  for (size_t m = 0; share && m < others.size(); ++m) {
+    pl[m] = dynamic_cast<const PackedLinear*>(others[m]);
+    share = pl[m] && same_input_quantization(*pl[m]);
+    one_format = share && one_format && pl[m]->blocks_.size() == 1 && pl[m]->blocks_[0].w.format == blocks_[0].w.format;
+  }
+  if (!share) return LinearImpl::apply_shared(x, T, others, bias, y);
+  if (T <= 0) return;
+  static thread_local PackedTensor xq;
+  quantize_input(x, T, xq);
+  if (one_format) {
+    lowbit::GemmOut outs[kMax];
+    for (size_t m = 0; m < others.size(); ++m) outs[m] = {&pl[m]->blocks_[0].w, bias[m], y[m]};
+    lowbit::gemm_multi(xq, std::span(outs, others.size()));
+    return;
+  }
+  for (size_t m = 0; m < others.size(); ++m) pl[m]->run(xq, bias[m], y[m]);
 }
 
 std::string PackedLinear::describe() const {
@@ -412,8 +456,8 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
     const quant::Params* sp = table[slot];
     return pack(m, cfg.weights(l, i, L), act, sp ? *sp : quant::Params{}, folds.empty() ? nullptr : folds[slot]);
   });
-  if (cfg.head8)
-    pack_head(w, [&](const Mat& m) { return pack(m, quant::HeadSim{}.weights(), head_act_format(), {}, nullptr); });
+  if (cfg.head.on())
+    pack_head(w, [&](const Mat& m) { return pack(m, cfg.head.weights(), head_act_format(), {}, nullptr); });
   return Model::with_weights(std::move(base), std::move(w));
 }
 

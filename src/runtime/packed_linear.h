@@ -4,7 +4,7 @@
 //
 // A packed model is the base model whose q/k/v/o/gate/up/down linears carry a PackedLinear in
 // LayerWeights::impl (io/weights.h); Forward then runs impl->apply instead of the fp32 matmul.
-// Norms and attention stay fp32; embeddings and lm_head too unless the int8 head is on (pack_head). Site hooks still see the fp32 linear inputs.
+// Norms and attention stay fp32; embeddings and lm_head too unless the packed head is on (pack_head). Site hooks still see the fp32 linear inputs.
 //
 // What a packed linear computes is exactly what the simulator computes (quant/sim.h: weights
 // fake-quantized by fake_quant_weight, activations fake-quantized at attn_in / o_in / mlp_in /
@@ -75,7 +75,7 @@ struct RuntimeConfig {
   WeightScheme w{.bits = 8};                   // every (layer, role) without a matching rule
   std::vector<quant::WeightRule> weight_rules;  // the recipe's per-(layer, role) overrides
   ActScheme a;
-  bool head8 = false;  // embeddings and LM head in int8 (quant/recipe.h HeadSim): pack_model packs them
+  quant::HeadSim head;  // embeddings and LM head in int8 / int4 when on (quant/recipe.h): pack_model packs them
   // The weights of one matrix (quant::resolve_weights: the recipe's one resolution).
   WeightScheme weights(int layer, int role, int num_layers) const {
     return quant::resolve_weights(w, weight_rules, layer, role, num_layers);
@@ -134,6 +134,13 @@ class PackedLinear final : public LinearImpl {
                std::shared_ptr<const quant::CrossFold> cross = nullptr);
 
   void apply(const float* x, int64_t T, const float* bias, float* y) const override;
+  // q/k/v, gate/up: the input quantized once when every member is a PackedLinear with this one's
+  // input quantization (same_input_quantization), and one lowbit::gemm_multi dispatch when they
+  // are also one block of one format; else one apply each. Bit for bit the separate applies.
+  void apply_shared(const float* x, int64_t T, std::span<const LinearImpl* const> others,
+                    std::span<const float* const> bias, std::span<float* const> y) const override;
+  // Whether o quantizes its input exactly as this one does (format, static scale, CrossQuant fold).
+  bool same_input_quantization(const PackedLinear& o) const;
   std::string describe() const override;
   // Rows of ŵ (symmetric formats: s·c, exactly the simulator's fake-quantized values), e.g. the
   // int8 embedding table; an asymmetric format is a sinkq::Error.
@@ -156,6 +163,8 @@ class PackedLinear final : public LinearImpl {
   int64_t rows_ = 0, cols_ = 0;
   void init_activation(lowbit::PackedFormat act, quant::Params static_params,
                        std::shared_ptr<const quant::CrossFold> cross);
+  void quantize_input(const float* x, int64_t T, lowbit::PackedTensor& xq) const;  // names this linear on error
+  void run(const lowbit::PackedTensor& xq, const float* bias, float* y) const;       // the blocks' GEMMs
 
   lowbit::PackedFormat act_;
   quant::Params static_;      // per-tensor formats only
@@ -171,12 +180,12 @@ class PackedLinear final : public LinearImpl {
 // site) for anything the kernels cannot run, or when `base` is already packed.
 std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const RuntimeConfig& cfg);
 
-// The activation format of the int8 LM head's input (quant::HeadSim::activations: a8 per token).
+// The activation format of the packed LM head's input (quant::HeadSim::activations: a8 per token).
 lowbit::PackedFormat head_act_format();
 
-// The int8 head of w (quant/recipe.h HeadSim): lm_head_impl = make(lm_head), embed_impl = the same
+// The packed head of w (quant/recipe.h HeadSim): lm_head_impl = make(lm_head), embed_impl = the same
 // object when tied, else make(embed); the two Mats then keep shape and name only (data nullptr).
-// make packs a [vocab, hidden] table as W8 per row with head_act_format() activations.
+// make packs a [vocab, hidden] table as HeadSim::weights() with head_act_format() activations.
 void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make);
 
 // The one pack loop: make(l, i, m) for every layer l and linear role i (io/weights.h kLinearRoles)

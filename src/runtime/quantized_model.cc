@@ -147,7 +147,7 @@ RuntimeConfig runtime_config_impl(const quant::Recipe& cfg, const std::vector<qu
     r.clip_grid.reset();
     if (r.bits || r.group || r.symmetric) rt.weight_rules.push_back(std::move(r));
   }
-  rt.head8 = cfg.head.on();
+  rt.head = cfg.head;
   rt.a.bits = cfg.a.bits;
   rt.a.symmetric = cfg.a.symmetric;
   rt.a.mode = cfg.a.mode;

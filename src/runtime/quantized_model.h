@@ -18,8 +18,8 @@
 // never an approximation. The result: the same codes and
 // scales as the simulator's quantizer (tested against lowbit::quantize with the chosen clip).
 //
-// The int8 head (recipe.head on): lm_head (and untied embeddings) packed exactly as W8 per row
-// into ModelWeights::lm_head_impl / embed_impl (one PackedLinear when tied); nothing fp is kept.
+// The packed head (recipe.head on): lm_head (and untied embeddings) packed exactly as the
+// simulator's W8 per row / W4 g{G} table into ModelWeights::lm_head_impl / embed_impl (one PackedLinear when tied); nothing fp is kept.
 // Full-precision tensors (embeddings, lm_head): the simulator's, or rounded to `fp_dtype` (the
 // artifact's storage type, artifact.h) — then the in-memory model runs the rounded values too,
 // so a written and re-loaded artifact gives the in-memory model's logits bit for bit. Norms and

@@ -148,7 +148,12 @@ TEST(CliQuantize, ErrorsLeaveNothing) {
   expect_error(quantize(out, {"--preset", "w8a8", "--fp-dtype", "f8"}), {"unknown --fp-dtype 'f8'"});
   expect_error(quantize(out, {"--preset", "w8a8-head8", "--fp-dtype", "f16"}),
                {"--fp-dtype f16 with --head-bits 8", "no full-precision table"});
-  expect_error(quantize(out, {"--preset", "w8a8", "--head-bits", "4"}), {"--head-bits must be 8"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--head-bits", "3"}), {"--head-bits must be 8 or 4"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--head-group", "32"}), {"--head-group applies to --head-bits 4 only"});
+  expect_error(quantize(out, {"--preset", "w8a8", "--head-bits", "4", "--head-group", "16"}),
+               {"--head-group must be 0 (per row), 32, 64 or 128"});
+  expect_error(quantize(out, {"--preset", "w8a8-head4", "--fp-dtype", "f16"}),
+               {"--fp-dtype f16 with --head-bits 4", "stored in int4"});
   expect_error(quantize(tmp.file("no/such/out"), {"--preset", "w8a8"}), {"parent directory", "does not exist"});
   const RunResult no_out = run({"quantize", "-m", stories(), "--preset", "w8a8"});
   EXPECT_NE(no_out.rc, 0);

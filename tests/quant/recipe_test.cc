@@ -112,29 +112,52 @@ TEST(Recipe, ShortNamesAreBenchsGrammar) {
 }
 
 // The int8 head: off by default and then absent from the JSON (recipes and artifacts written before
-// it read back unchanged), "head": {"bits": 8} when on; 8 or 16 only; not with IntactKV+Cal.
+// it read back unchanged), "head": {"bits": 8} when on (no group_size key: int8 is per row, as
+// before int4 heads), {"bits": 4, "group_size": G} for int4; 8, 4 or 16 only, the group only with 4
+// bits and only a packed W4 group; not with IntactKV+Cal.
 TEST(Recipe, HeadIsItsOwnSetting) {
   const Recipe off = Recipe::from_preset("w8a8");
   EXPECT_FALSE(off.head.on());
   EXPECT_FALSE(off.to_json().contains("head"));
   const Recipe on = Recipe::from_preset("w8a8-head8");
   EXPECT_EQ(on.head.bits, 8);
+  EXPECT_EQ(on.head.group, 0);
   EXPECT_EQ(on.to_json().at("head").at("bits"), 8);
-  EXPECT_THAT(on.describe(), HasSubstr("| head W8A8"));
+  EXPECT_FALSE(on.to_json().at("head").contains("group_size"));
+  EXPECT_THAT(on.describe(), HasSubstr("| head W8 per-row A8 per-token"));
   EXPECT_THAT(error_of([] { Recipe::from_preset("fp16-head8"); }), HasSubstr("--preset"));
+  // -head4: int4 in groups of 32 (Q4_0's block), written and read back.
+  const Recipe four = Recipe::from_preset("w4a8-head4");
+  EXPECT_EQ(four.head.bits, 4);
+  EXPECT_EQ(four.head.group, 32);
+  EXPECT_EQ(four.head.weights().bits, 4);
+  EXPECT_EQ(four.head.weights().group, 32);
+  EXPECT_TRUE(four.head.weights().symmetric);
+  EXPECT_THAT(four.describe(), HasSubstr("| head W4 g32 A8 per-token"));
+  EXPECT_EQ(four.to_json().at("head").at("group_size"), 32);
+  EXPECT_EQ(Recipe::from_json(four.to_json(), "r.json").to_json(), four.to_json());
   Recipe head_only;  // the head alone is a quantization (weights, activations and KV full precision)
   head_only.head.bits = 8;
   EXPECT_TRUE(head_only.any());
   json j = on.to_json();
+  j["head"]["bits"] = 3;
+  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("--head-bits must be 8 or 4"));
+  j["head"]["bits"] = 8;
+  j["head"]["group_size"] = 32;
+  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("--head-group 32 with --head-bits 8"));
   j["head"]["bits"] = 4;
-  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("--head-bits must be 8"));
+  j["head"]["group_size"] = 48;
+  EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("--head-group must be 0 (per row), 32, 64 or 128"));
   j["head"] = {{"bits", 8}, {"bitz", 8}};
   EXPECT_THAT(error_of([&] { Recipe::from_json(j, "r.json"); }), HasSubstr("field 'head.bitz': unknown key"));
-  Recipe trained = Recipe::from_preset("w4a8-head8");
-  trained.prefix.spec = "bos";
-  trained.prefix.tokens = {1};
-  trained.prefix.train_epochs = 1;
-  EXPECT_THAT(error_of([&] { trained.validate(); }), HasSubstr("--head-bits 8 with --prefix-train"));
+  for (const char* preset : {"w4a8-head8", "w4a8-head4"}) {
+    Recipe trained = Recipe::from_preset(preset);
+    trained.prefix.spec = "bos";
+    trained.prefix.tokens = {1};
+    trained.prefix.train_epochs = 1;
+    EXPECT_THAT(error_of([&] { trained.validate(); }),
+                HasSubstr(fmt::format("--head-bits {} with --prefix-train", trained.head.bits)));
+  }
 }
 
 TEST(Recipe, WeightRulesResolveInOrder) {

@@ -129,6 +129,8 @@ TEST(Artifact, RoundTripIsBitExact) {
   nf2.kv.key_pre_rope = false;
   nf2.kv.key_axis = quant::KvAxis::Token;
   nf2.kv.value_axis = quant::KvAxis::Channel;
+  quant::Recipe head4_g128 = config("w8a8-head4");
+  head4_g128.head.group = 128;
   const std::vector<Case> cases = {
       {"stories w8a8", model_dir("stories260K"), config("w8a8"), std::nullopt, false},
       {"tiny-qwen2 mixed precision rotated", tiny_dir(), mixed, std::nullopt, false},
@@ -143,6 +145,9 @@ TEST(Artifact, RoundTripIsBitExact) {
       // The int8 head (recipe.h HeadSim): one table when tied, two when untied or rotated.
       {"stories w8a8 head8 tied", model_dir("stories260K"), config("w8a8-head8"), std::nullopt, false},
       {"tiny-qwen2 w4a8kv4 head8 rotated + prefix", tiny_dir(), config("w4a8kv4-head8", true), std::nullopt, true},
+      // The int4 head: g32 (tied), and g128 over mixtext's 192 columns (a ragged <base>.tail block).
+      {"stories w4a8 head4 tied", model_dir("stories260K"), config("w4a8-head4"), std::nullopt, false},
+      {"mixtext w8a8 head4 g128 ragged", model_dir("mixtext-2.5M"), head4_g128, std::nullopt, false},
   };
   const auto toks = prompt(kTokens - 3);
   for (const Case& c : cases) {
@@ -191,8 +196,10 @@ TEST(Artifact, RoundTripIsBitExact) {
     EXPECT_EQ(bw.lm_head_impl != nullptr, c.cfg.head.on());
     EXPECT_EQ(bw.tied(), qm.model->weights().tied());
     if (c.cfg.head.on()) {  // the tables alone, no fp copy
-      EXPECT_EQ(r.at("fp_dtype"), "int8");
+      EXPECT_EQ(r.at("fp_dtype"), fmt::format("int{}", c.cfg.head.bits));
       EXPECT_TRUE(r.at("tensors").contains("lm_head.codes"));
+      const int64_t H = back.model->config().hidden_size, G = c.cfg.head.group;
+      EXPECT_EQ(r.at("tensors").contains("lm_head.tail.codes"), G > 0 && G < H && H % G != 0);
       EXPECT_FALSE(r.at("tensors").contains("model.embed_tokens.weight"));
       EXPECT_FALSE(r.at("tensors").contains("lm_head.weight"));
       EXPECT_EQ(r.at("tensors").contains("model.embed_tokens.codes"), !bw.tied());

@@ -37,6 +37,7 @@ using testing::error_of;
 
 using testmodels::Forcing;
 using testmodels::stories;
+using testmodels::mixtext;
 // Qwen2 with biases, hidden 128 / intermediate 192 (runtime_models.h): whole g128 groups, a ragged tail.
 inline std::shared_ptr<const Model> tiny() { return testmodels::tiny_qwen2(); }
 
@@ -482,23 +483,31 @@ TEST(QuantizedModel, MatchesSimulatorOnSmolLM2) {
   }
 }
 
-// The int8 head (quant/recipe.h HeadSim): the packed tables hold exactly the simulator's values
-// (an embedding row gathered from the int8 codes = the fake-quantized row, bit for bit), stay tied
-// where the model is, read ~1/4 of the fp32 head's bytes per step, and the packed model = the
-// simulator teacher-forced within kTol (the head's input forced too).
-TEST(QuantizedModel, Int8HeadMatchesSimulator) {
+// The packed head (quant/recipe.h HeadSim): int8 per row, int4 g32, and int4 g128 over mixtext's
+// 192 columns (a ragged 64-column tail block, as a linear's). The packed tables hold exactly the
+// simulator's values (an embedding row gathered from the codes = the fake-quantized row, bit for
+// bit), stay tied where the model is, read the bytes their format says (codes, a scale per row and
+// group, rows padded to 16), and the packed model = the simulator teacher-forced within kTol (the
+// head's input forced too).
+TEST(QuantizedModel, PackedHeadMatchesSimulator) {
   const auto toks = prompt(kTokens);
-  struct NamedModel {
-    const char* name;
+  struct Case {
+    const char* model;
     std::shared_ptr<const Model> (*get)();
+    int bits, group;
   };
-  for (const auto& [mname, get] : {NamedModel{"stories260K", stories}, NamedModel{"tiny-qwen2", tiny}}) {
+  const Case cases[] = {{"stories260K", stories, 8, 0},  {"tiny-qwen2", tiny, 8, 0}, {"stories260K", stories, 4, 32},
+                        {"tiny-qwen2", tiny, 4, 32},      {"mixtext", mixtext, 4, 128}};
+  for (const Case& c : cases) {
     for (bool rotate : {false, true}) {
-      SCOPED_TRACE(fmt::format("{} rotate {}", mname, rotate));
+      if (rotate && std::string(c.model) == "mixtext") continue;  // 192 columns: rotatable, but one run is enough
+      SCOPED_TRACE(fmt::format("{} head W{} g{} rotate {}", c.model, c.bits, c.group, rotate));
       quant::Recipe sc = quant::Recipe::from_preset("w4a8-head8");
+      sc.head.bits = c.bits;
+      sc.head.group = c.group;
       sc.rotate.on = rotate;
       sc.rotate.seed = 5;
-      const quant::SimModel sim = quant::build_sim(get(), sc, {});
+      const quant::SimModel sim = quant::build_sim(c.get(), sc, {});
       const QuantizedModel qm = build_quantized(sim);
       const ModelWeights& sw = sim.model->weights();
       const ModelWeights& qw = qm.model->weights();
@@ -515,10 +524,17 @@ TEST(QuantizedModel, Int8HeadMatchesSimulator) {
       const int32_t bad = int32_t(V);
       EXPECT_THAT(error_of([&] { qw.embed_impl->gather_rows(std::span(&bad, 1), rows.data()); }),
                   ::testing::HasSubstr("outside the table's"));
-      // W8 per row: V·H code bytes + a scale per row (rows padded to 16): ≈ 1/4 of the fp32 head.
-      EXPECT_EQ(int64_t(qw.lm_head_impl->bytes()), (V + 15) / 16 * 16 * (H + 4));
+      // Code bytes per row (8 bits: H; 4 bits: H / 2) and 4 bytes per scale: one per row, or one
+      // per whole group plus one for a ragged tail; rows padded to 16.
+      const int64_t G = c.group, scales = G == 0 || G >= H ? 1 : H / G + (H % G ? 1 : 0);
+      const int64_t per_row = (c.bits == 8 ? H : H / 2) + 4 * scales;
+      EXPECT_EQ(int64_t(qw.lm_head_impl->bytes()), (V + 15) / 16 * 16 * per_row);
+      const auto* head = dynamic_cast<const PackedLinear*>(qw.lm_head_impl.get());
+      ASSERT_NE(head, nullptr);
+      EXPECT_EQ(head->blocks().size(), G > 0 && G < H && H % G ? 2u : 1u);
       EXPECT_LT(qm.model->decode_weight_bytes(), sim.model->decode_weight_bytes());
-      expect_packed_matches_sim(sim, qm, toks, fmt::format("{:<11} w4a8-head8 rot {}", mname, int(rotate)));
+      expect_packed_matches_sim(sim, qm, toks,
+                                fmt::format("{:<11} w4a8 head W{} g{} rot {}", c.model, c.bits, c.group, int(rotate)));
     }
   }
 }

@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/kernel_test_util.h"
 #include "kernels/ops.h"
 #include "kernels/team.h"
 #include "runtime/packed_kv.h"
@@ -253,6 +255,148 @@ TEST(Runtime, DecodeInTeamIsBitIdentical) {
       EXPECT_TRUE(bit_equal(on, off));
     }
   set_num_threads(threads0);
+}
+
+// A site's linears (q/k/v over attn_in, gate/up over mlp_in) through
+// LinearImpl::apply_shared — the forward's path: the input quantized once, one
+// gemm_multi dispatch when the members are one block of one format — equal
+// their separate applies bit for bit: one format (W8 per row), ragged two-block
+// members (mixtext's 192 columns at g128 asym: the per-member path), mixed
+// formats (a weight rule puts v_proj at W8: one quantization, one GEMM per
+// member), static per-tensor A4, and CrossQuant folds; every ISA, 1 and 2
+// threads, decode and prefill row counts. A member that is not packed (or
+// quantizes its input another way) makes the site fall back to one apply each.
+TEST(Runtime, SiteLinearsShareTheirInputQuantization) {
+  ktest::StateGuard guard;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.5f, 4.0f);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const NamedModel &nm :
+       {kModels[1],
+        kModels[2]}) { // mixtext (ragged at g128), tiny-qwen2 (q/k/v biases)
+    const auto base = nm.get();
+    const int L = base->config().num_layers;
+    const int64_t H = base->config().hidden_size;
+    auto width = [&](int i) {
+      return i == 3 ? base->config().intermediate_size
+                    : (i == 1 ? base->config().q_dim() : H);
+    };
+    std::vector<std::pair<std::string, RuntimeConfig>> cfgs;
+    cfgs.emplace_back("w8a8", runtime_config(kSchemes[0]));
+    cfgs.emplace_back("w4a8 g128 asym", runtime_config(kSchemes[3]));
+    RuntimeConfig mixed = runtime_config(kSchemes[5]); // w4a4 g64
+    quant::WeightRule v8;
+    v8.roles = 1u << int(LinearRole::V);
+    v8.bits = 8;
+    v8.group = 0;
+    mixed.weight_rules.push_back(v8);
+    cfgs.emplace_back("w4a4 g64, v_proj W8", mixed);
+    RuntimeConfig st = runtime_config(kSchemes[4]); // w4a4 static
+    st.a.mode = ActMode::Static;
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < 4; ++i) {
+        quant::Params p;
+        p.granularity = quant::Granularity::PerTensor;
+        p.bits = 4;
+        p.symmetric = true;
+        p.prow = p.pcol = 1;
+        p.col_block = width(i);
+        p.scale = {u(rng) / 7.0f};
+        st.a.scales.push_back({l, kLinearInputSites[i], p});
+      }
+    cfgs.emplace_back("w4a4 static", st);
+    RuntimeConfig cross = runtime_config(kSchemes[0]);
+    cross.a.mode = ActMode::Cross;
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < 4; ++i) {
+        std::vector<float> c(static_cast<size_t>(width(i)));
+        for (float &v : c)
+          v = u(rng);
+        cross.a.cross.push_back(quant::make_cross_fold(8, 0.15f, std::move(c)));
+      }
+    cfgs.emplace_back("w8a8 CrossQuant", cross);
+
+    for (const auto &[name, cfg] : cfgs) {
+      const auto m = pack_model(base, cfg);
+      const LayerWeights &lw = m->weights().layers[1];
+      const std::vector<std::vector<const LinearImpl *>> sites = {
+          {lw.impl.q.get(), lw.impl.k.get(), lw.impl.v.get()},
+          {lw.impl.gate.get(), lw.impl.up.get()}};
+      const std::vector<std::vector<const float *>> biases = {
+          {lw.bq, lw.bk, lw.bv}, {nullptr, nullptr}};
+      for (size_t si = 0; si < sites.size(); ++si)
+        for (int64_t T : {1, 5, 33}) {
+          std::vector<float> x(size_t(T * H));
+          for (float &v : x)
+            v = nd(rng);
+          x[size_t(rng() % x.size())] *=
+              40.0f; // an outlier sets a token's scale
+          const auto &impls = sites[si];
+          std::vector<std::vector<float>> want(impls.size()), got(impls.size());
+          for (Isa isa : ktest::all_isas()) {
+            set_isa(isa);
+            for (int threads : {1, 2}) {
+              set_num_threads(threads);
+              SCOPED_TRACE(fmt::format("{} {} site {} T {} {} threads {}",
+                                       nm.name, name, si, T, isa_name(isa),
+                                       threads));
+              std::vector<float *> ys;
+              for (size_t k = 0; k < impls.size(); ++k) {
+                const int64_t rows =
+                    dynamic_cast<const PackedLinear &>(*impls[k]).rows();
+                want[k].assign(size_t(T * rows), NAN);
+                got[k].assign(size_t(T * rows), NAN);
+                impls[k]->apply(x.data(), T, biases[si][k], want[k].data());
+                ys.push_back(got[k].data());
+              }
+              impls[0]->apply_shared(x.data(), T, impls, biases[si], ys);
+              for (size_t k = 0; k < impls.size(); ++k)
+                EXPECT_TRUE(bit_equal(got[k], want[k])) << "member " << k;
+            }
+          }
+        }
+    }
+  }
+  const auto base = mixtext();
+  const int64_t H = base->config().hidden_size;
+  // Fallback: a member that is not a PackedLinear, or packed under another
+  // input quantization.
+  struct Plus1 final : LinearImpl {
+    int64_t n;
+    explicit Plus1(int64_t rows) : n(rows) {}
+    void apply(const float *x, int64_t T, const float *,
+               float *y) const override {
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t r = 0; r < n; ++r)
+          y[t * n + r] = x[t] + 1.0f;
+    }
+    std::string describe() const override { return "plus1"; }
+    size_t bytes() const override { return 0; }
+    void gather_rows(std::span<const int32_t>, float *) const override {}
+  };
+  const auto a8 = pack_model(base, runtime_config(kSchemes[0])),
+             a4 = pack_model(base, runtime_config(kSchemes[4]));
+  const LinearImpl *q8 = a8->weights().layers[0].impl.q.get();
+  const LinearImpl *k4 = a4->weights().layers[0].impl.k.get();
+  const Plus1 plus(3);
+  const int64_t T = 4;
+  std::vector<float> x(size_t(T * H));
+  for (float &v : x)
+    v = nd(rng);
+  const int64_t QD = base->config().q_dim(), KV = base->config().kv_dim();
+  for (const LinearImpl *other : {static_cast<const LinearImpl *>(&plus), k4}) {
+    const int64_t rows = other == &plus ? 3 : KV;
+    std::vector<float> wq(size_t(T * QD)), wo(size_t(T * rows)), gq(wq.size()),
+        go(wo.size());
+    q8->apply(x.data(), T, nullptr, wq.data());
+    other->apply(x.data(), T, nullptr, wo.data());
+    const LinearImpl *both[] = {q8, other};
+    const float *no_bias[] = {nullptr, nullptr};
+    float *ys[] = {gq.data(), go.data()};
+    q8->apply_shared(x.data(), T, both, no_bias, ys);
+    EXPECT_TRUE(bit_equal(gq, wq));
+    EXPECT_TRUE(bit_equal(go, wo)) << other->describe();
+  }
 }
 
 TEST(Runtime, PackedLinearsAndDescriptions) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <utility>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "kernels/ops.h"
 
@@ -44,7 +45,7 @@ struct Team {
 
 thread_local Team* tl_team = nullptr;  // the team this thread owns while run_in_team's body runs
 
-std::atomic<int> g_team_on{-1};  // -1: not read from SINKQ_TEAM yet
+EnvSwitch g_team("SINKQ_TEAM");
 
 int64_t spin_ns() {
   static const int64_t ns = [] {
@@ -151,20 +152,9 @@ bool team_dispatch(int nt, TeamFn fn, void* ctx) {
 
 }  // namespace detail
 
-void set_team_enabled(bool on) { g_team_on.store(on ? 1 : 0); }
+void set_team_enabled(bool on) { g_team.set(on); }
 
-bool team_enabled() {
-  int on = g_team_on.load();
-  if (on < 0) {
-    const char* env = std::getenv("SINKQ_TEAM");
-    const std::string v = env ? env : "";
-    SINKQ_CHECK(v.empty() || v == "0" || v == "1", "SINKQ_TEAM='{}': expected 0 (off) or 1 (on)", v);
-    int expected = -1;
-    g_team_on.compare_exchange_strong(expected, v == "0" ? 0 : 1);  // a concurrent set_team_enabled() wins
-    on = g_team_on.load();
-  }
-  return on == 1;
-}
+bool team_enabled() { return g_team.on(); }
 
 void run_in_team(int nt, void (*body)(void*), void* ctx) {
   if (nt == 0) nt = num_threads();

@@ -3,11 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/mmap.h"
 #include "kernels/team.h"
@@ -71,7 +70,7 @@ inline void linear(const float* x, int64_t T, const Mat& w, const LinearImpl* im
   if (impl) impl->apply(x, T, bias, y); else matmul(x, T, w, bias, y);
 }
 
-std::atomic<int> g_site_sharing{-1};  // -1: not read from SINKQ_SITE_SHARING yet
+EnvSwitch g_site_sharing("SINKQ_SITE_SHARING");
 
 // The linears of one site over the same input (q/k/v, gate/up): through the first one's
 // apply_shared when every one has a LinearImpl (e.g. packed: the activations quantized once) and
@@ -90,20 +89,9 @@ void site_linears(const float* x, int64_t T, const Mat* const (&w)[N], const Lin
 
 }  // namespace
 
-void set_site_sharing(bool on) { g_site_sharing.store(on ? 1 : 0); }
+void set_site_sharing(bool on) { g_site_sharing.set(on); }
 
-bool site_sharing() {
-  int on = g_site_sharing.load(std::memory_order_relaxed);
-  if (on < 0) {
-    const char* env = std::getenv("SINKQ_SITE_SHARING");
-    const std::string v = env ? env : "";
-    SINKQ_CHECK(v.empty() || v == "0" || v == "1", "SINKQ_SITE_SHARING='{}': expected 0 (off) or 1 (on)", v);
-    int expected = -1;
-    g_site_sharing.compare_exchange_strong(expected, v == "0" ? 0 : 1);  // a concurrent set_site_sharing() wins
-    on = g_site_sharing.load();
-  }
-  return on == 1;
-}
+bool site_sharing() { return g_site_sharing.on(); }
 
 std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
   auto m = std::make_shared<Model>();

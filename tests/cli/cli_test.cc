@@ -210,9 +210,10 @@ TEST(CliErrors, BadFlagValues) {
   EXPECT_NE(h.out.find("--ctx"), std::string::npos);
 }
 
-// The step team's environment (kernels/team.h): a bad SINKQ_TEAM / SINKQ_SPIN_US is an error
-// naming the variable when the first decode step reads it (on the calling thread, never inside a
-// worker: no crash); SINKQ_TEAM=0 and SINKQ_SPIN_US=0 generate the same text as the default.
+// The step team's and site sharing's environment (kernels/team.h, model/model.h): a bad
+// SINKQ_TEAM / SINKQ_SPIN_US / SINKQ_SITE_SHARING is an error naming the variable when the first
+// step reads it (on the calling thread, never inside a worker: no crash); SINKQ_TEAM=0,
+// SINKQ_SPIN_US=0 and SINKQ_SITE_SHARING=0 generate the same text as the default.
 TEST(CliErrors, TeamEnvironment) {
   const std::vector<std::string> gen{"generate", "-m", stories(), "-p", "Once upon a time", "-n", "12", "--temp", "0",
                                      "--threads", "2"};
@@ -225,7 +226,8 @@ TEST(CliErrors, TeamEnvironment) {
   };
   for (const Case& c : {Case{"SINKQ_TEAM", "2", false}, Case{"SINKQ_SPIN_US", "-5", false},
                         Case{"SINKQ_SPIN_US", "10ms", false}, Case{"SINKQ_TEAM", "0", true},
-                        Case{"SINKQ_SPIN_US", "0", true}}) {
+                        Case{"SINKQ_SPIN_US", "0", true}, Case{"SINKQ_SITE_SHARING", "yes", false},
+                        Case{"SINKQ_SITE_SHARING", "0", true}}) {
     SCOPED_TRACE(std::string(c.var) + "=" + c.value);
     ::setenv(c.var, c.value, 1);
     const RunResult r = run(gen);

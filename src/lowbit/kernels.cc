@@ -264,8 +264,7 @@ void gemm_multi(const PackedTensor& x, std::span<const GemmOut> outs) {
   const FormatDesc& xt = x.info();
   check_activations(x, "gemm");
   SINKQ_CHECK(!outs.empty(), "lowbit gemm: no weight matrices");
-  constexpr size_t kMaxOuts = 8;
-  SINKQ_CHECK(outs.size() <= kMaxOuts, "lowbit gemm: at most {} weight matrices per call, got {}", kMaxOuts,
+  SINKQ_CHECK(outs.size() <= kMaxGemmOuts, "lowbit gemm: at most {} weight matrices per call, got {}", kMaxGemmOuts,
               outs.size());
   const PackedFormat wf = outs[0].w->format;
   const FormatDesc& wt = traits(wf);
@@ -321,8 +320,8 @@ void gemm_multi(const PackedTensor& x, std::span<const GemmOut> outs) {
   });
 
   // One GemmArgs per matrix; work items of row blocks over all of them.
-  GemmArgs args[kMaxOuts];
-  int64_t nbs[kMaxOuts];
+  GemmArgs args[kMaxGemmOuts];
+  int64_t nbs[kMaxGemmOuts];
   double ns = 0.0;
   int64_t nb_all = 0;
   for (size_t m = 0; m < outs.size(); ++m) {
@@ -368,7 +367,7 @@ void gemm_multi(const PackedTensor& x, std::span<const GemmOut> outs) {
   // the thread count and of which matrices share the call).
   int64_t per = nb_all / (int64_t(nt) * 8);
   per = std::clamp<int64_t>(per / 4 * 4, 4, 16);
-  int64_t first[kMaxOuts + 1];  // matrix m's items are [first[m], first[m + 1])
+  int64_t first[kMaxGemmOuts + 1];  // matrix m's items are [first[m], first[m + 1])
   first[0] = 0;
   for (size_t m = 0; m < outs.size(); ++m) first[m + 1] = first[m] + (nbs[m] + per - 1) / per;
   const size_t nm = outs.size();

@@ -122,8 +122,9 @@ void gemm(const PackedTensor& x, const KernelWeights& w, const float* bias, floa
 
 // Several weight matrices of one format over one activation (q/k/v, gate/up): y_m = x̂ · ŵ_mᵀ
 // (+ bias_m), each bit for bit gemm(x, *w_m, bias_m, y_m)'s, with one activation prologue and one
-// parallel pass over all their row blocks (one dispatch instead of one per matrix). At most 8
-// matrices; weights of different formats are a sinkq::Error (call gemm per format).
+// parallel pass over all their row blocks (one dispatch instead of one per matrix). At most
+// kMaxGemmOuts matrices; weights of different formats are a sinkq::Error (call gemm per format).
+inline constexpr size_t kMaxGemmOuts = 8;
 struct GemmOut {
   const KernelWeights* w = nullptr;
   const float* bias = nullptr;  // [w->rows] or nullptr

@@ -145,6 +145,14 @@ WeightGrid weight_grid(const WeightSim& w, const float* x, int64_t rows, int64_t
 }
 
 namespace {
+// With --a-cross-cols static: one fold per layer and linear input, else an error naming the flag.
+void check_cross_folds(const Recipe& cfg, const CrossFolds* folds, int num_layers) {
+  if (!cfg.act_cross_static()) return;
+  SINKQ_CHECK(folds && folds->size() == size_t(num_layers) * 4,
+              "--a-cross-cols static needs the calibrated column maxima of every layer and linear input ({} given for {} "
+              "layers): use build_sim with --calib", folds ? folds->size() : 0, num_layers);
+}
+
 // m widened to fp32 and fake-quantized under ws (clip: per-(row, group) ratios, or null), owned by w.
 Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const ClipRatios* clip = nullptr,
                    const CrossFold* fold = nullptr) {
@@ -166,9 +174,7 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
   cfg.validate();
   const ModelWeights& src = base->weights();
   const int num_layers = int(src.layers.size());
-  SINKQ_CHECK(!cfg.act_cross_static() || (folds && folds->size() == size_t(num_layers) * 4),
-              "--a-cross-cols static needs the calibrated column maxima of every layer and linear input ({} given for {} "
-              "layers): use build_sim with --calib", folds ? folds->size() : 0, num_layers);
+  check_cross_folds(cfg, folds, num_layers);
   if (!cfg.act_cross_static()) folds = nullptr;
   if (!cfg.weights_on() && !cfg.head.on() && !folds) return base;
   cfg.check_layers(num_layers);
@@ -235,10 +241,7 @@ std::vector<int> attach_dynamic_hooks(Forward& fwd, const Recipe& cfg, const Cro
 std::vector<int> attach_dynamic_hooks(SiteHooks& hooks, const ModelConfig& mc, const Recipe& cfg,
                                       const CrossFolds* folds) {
   std::vector<int> handles;
-  if (cfg.act_cross_static())
-    SINKQ_CHECK(folds && folds->size() == size_t(mc.num_layers) * 4,
-                "--a-cross-cols static needs the calibrated column maxima of every layer and linear input ({} given "
-                "for {} layers): use build_sim with --calib", folds ? folds->size() : 0, mc.num_layers);
+  check_cross_folds(cfg, folds, mc.num_layers);
   if (cfg.a.on() && cfg.a.mode != ActMode::Static) {
     for (Site s : {Site::AttnIn, Site::OIn, Site::MlpIn, Site::DownIn}) {
       for (int l = 0; l < mc.num_layers; ++l) {

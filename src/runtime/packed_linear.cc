@@ -344,7 +344,7 @@ bool PackedLinear::same_input_quantization(const PackedLinear& o) const {
 void PackedLinear::apply_shared(const float* x, int64_t T, std::span<const LinearImpl* const> others,
                                 std::span<const float* const> bias, std::span<float* const> y) const {
   SINKQ_ASSERT(others.size() == bias.size() && others.size() == y.size() && !others.empty() && others[0] == this);
-  constexpr size_t kMax = 8;
+  constexpr size_t kMax = lowbit::kMaxGemmOuts;  // more members: one apply each
   const PackedLinear* pl[kMax];
   bool share = others.size() <= kMax;
   bool one_format = share;  // every member one block of one format: one GEMM dispatch

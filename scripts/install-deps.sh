@@ -15,6 +15,7 @@ PKGS=(
   libfmt-dev           # formatting (g++ 12 has no std::format)
   libxxhash-dev        # XXH3 checksums of the artifact's tensors and files
   libcpp-httplib-dev   # sinkq serve: HTTP/1.1 server (the library llama.cpp's server uses)
+  libopenmpi-dev openmpi-bin  # mpirun -np N: pipeline parallelism (src/dist)
   pybind11-dev         # the Python module (python/); built against the python3 on PATH
   libgtest-dev libgmock-dev libbenchmark-dev
 )

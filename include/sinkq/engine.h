@@ -126,9 +126,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // reference() loads it).
   const std::shared_ptr<const Model>& source_model() const { return source_; }
 
+  // Whether this engine is one stage of an MPI pipeline (mpirun -np N > 1, dist/pipeline.h): its
+  // model holds a range of the layers; sessions on rank 0 run the other stages through the ranks.
+  bool distributed() const;
+
   Engine() = default;  // use open()
 
  private:
+  friend std::shared_ptr<const Engine> open_stage(const std::string&, const OpenOptions&);
+  void open_stage(const std::string& path, const OpenOptions& opt, const LayerRange& stage);
   Runtime runtime_ = Runtime::Simulated;
   std::string path_, describe_;
   std::shared_ptr<const Model> model_, source_;

@@ -4,9 +4,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "dist/mpi.h"
 
 namespace {
 
@@ -22,10 +24,19 @@ void use_passive_omp_wait(char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure (no /proc): run on as we are
 }
 
+// Under mpirun (dist/mpi.h) an error on any rank ends every rank.
+int fail_with(const char* message) {
+  if (sinkq::dist::active()) sinkq::dist::abort_all(message);
+  std::fflush(stdout);
+  std::fprintf(stderr, "sinkq: error: %s\n", message);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   use_passive_omp_wait(argv);
+  sinkq::dist::init(argc, argv);
   CLI::App app{"sinkq: outlier-aware low-bit quantization and inference of LLMs", "sinkq"};
   app.set_version_flag("--version", std::string("sinkq ") + SINKQ_VERSION);
   app.require_subcommand(1);
@@ -42,24 +53,29 @@ int main(int argc, char** argv) {
   sinkq::cli::register_ladder(app);
   sinkq::cli::register_calib(app);
   try {
+    // Under mpirun -np N > 1 only the commands that run a model through the pipeline's stages
+    // (the subcommand is the first argument that is not an option; checked before it runs).
+    if (sinkq::dist::active()) {
+      std::string cmd;
+      for (int i = 1; i < argc && cmd.empty(); ++i)
+        if (argv[i][0] != '-') cmd = argv[i];
+      SINKQ_CHECK(cmd == "ppl" || cmd == "generate" || cmd == "bench",
+                  "sinkq {} does not run under mpirun -np {} (distributed: ppl, generate, bench)", cmd,
+                  sinkq::dist::size());
+    }
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // --help / --version (exit code 0) print as CLI11 prints them; a flag that does not parse is an
     // error like every other: "sinkq: error: ...", exit 1.
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fflush(stdout);
-    std::fprintf(stderr, "sinkq: error: %s (see 'sinkq --help')\n", e.what());
-    return 1;
+    return fail_with((std::string(e.what()) + " (see 'sinkq --help')").c_str());
   } catch (const sinkq::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "sinkq: error: %s\n", e.what());
-    return 1;
+    return fail_with(e.what());
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "sinkq: error: out of memory\n");
-    return 1;
+    return fail_with("out of memory");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "sinkq: error: %s\n", e.what());
-    return 1;
+    return fail_with(e.what());
   }
+  sinkq::dist::finish();
   return 0;
 }

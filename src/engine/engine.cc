@@ -11,6 +11,8 @@
 #include "calib/prefix.h"
 #include "core/error.h"
 #include "core/mmap.h"
+#include "dist/mpi.h"
+#include "dist/pipeline.h"
 #include "io/gguf.h"
 #include "io/weights.h"
 #include "runtime/artifact.h"
@@ -61,7 +63,57 @@ Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt)
   return p;
 }
 
+// Under mpirun -np N > 1 (dist/pipeline.h): this rank's stage of `path` — an artifact, or a model at
+// full precision (a recipe that quantizes or calibrates needs the whole model: quantize first) —
+// and, on the ranks after the first, their worker loop, which never returns.
+std::shared_ptr<const Engine> open_stage(const std::string& path, const OpenOptions& opt) {
+  auto e = std::make_shared<Engine>();
+  const LayerRange stage = dist::stage_of(path);
+  e->open_stage(path, opt, stage);
+  if (dist::rank() > 0) {
+    const std::shared_ptr<const Engine> engine = e;
+    dist::worker([engine](int64_t capacity, int64_t max_batch) {
+      auto f = std::make_unique<Forward>(engine->model(), capacity, max_batch);
+      engine->attach(*f);
+      return f;
+    });
+  }
+  return e;
+}
+
+void Engine::open_stage(const std::string& path, const OpenOptions& opt, const LayerRange& stage) {
+  path_ = path;
+  if (artifact_without_recipe(path, opt)) {
+    runtime_ = Runtime::Packed;
+    tokenizer_ = tokenizer_of(path, opt);
+    packed_ = std::make_shared<const runtime::QuantizedModel>(runtime::load_artifact(path, stage));
+    model_ = packed_->model;
+    recipe_ = packed_->cfg;
+    prefix_ = packed_->prefix;
+    describe_ = "artifact " + path + ": " + packed_->describe();
+    artifact_json_ = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"));
+    if (prefix_) prefix_json_ = artifact_json_.at("recipe").at("prefix");
+  } else {
+    const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
+    SINKQ_CHECK(!r.any() && !r.rotate.on && !r.prefix.requested() && !r.needs_calibration(),
+                "under mpirun, -m {} runs at full precision ({} needs the whole model in one process): quantize it "
+                "first (sinkq quantize, one process) and run the artifact over the ranks", path, r.describe());
+    runtime_ = Runtime::Simulated;
+    source_ = model_ = Model::load(path, stage);
+    tokenizer_ = tokenizer_of(path, opt);
+    recipe_ = r;
+    describe_ = r.describe();
+    auto sim = std::make_shared<quant::Pipeline>();
+    sim->sim.model = model_;
+    sim->sim.cfg = r;
+    pipeline_ = std::move(sim);
+  }
+  if (prefix_) prefix_tokens_ = prefix_->tokens();
+  prefix_has_bos_ = holds(prefix_tokens_, tokenizer_->bos_id());
+}
+
 std::shared_ptr<const Engine> Engine::open(const std::string& path, const OpenOptions& opt) {
+  if (dist::active()) return sinkq::open_stage(path, opt);
   auto e = std::make_shared<Engine>();
   e->path_ = path;
   if (artifact_without_recipe(path, opt)) {
@@ -112,13 +164,18 @@ void Engine::attach(Forward& fwd) const {
   } else {
     pipeline_->sim.attach(fwd);
   }
+  // The first stage of a pipeline (mpirun) hands its chunks on to the other ranks.
+  if (!model_->whole() && model_->stage().first()) fwd.set_link(dist::make_link(fwd));
 }
+
+bool Engine::distributed() const { return !model_->whole(); }
 
 std::unique_ptr<Session> Engine::new_session(int64_t ctx) const {
   return std::make_unique<Session>(shared_from_this(), ctx);
 }
 
 std::shared_ptr<const Engine> Engine::reference() const {
+  SINKQ_CHECK(!distributed(), "--kld is not available under mpirun yet (the reference model is not split into stages)");
   auto ref = std::make_shared<Engine>();
   ref->runtime_ = Runtime::Simulated;
   ref->tokenizer_ = tokenizer_;
@@ -167,6 +224,7 @@ std::vector<int32_t> Engine::stop_ids() const {
 }
 
 runtime::QuantizedModel Engine::pack(const runtime::QuantizeOptions& opt) const {
+  SINKQ_CHECK(!distributed(), "quantizing is not distributed yet: run sinkq quantize in one process");
   SINKQ_CHECK(runtime_ == Runtime::Simulated && pipeline_, "{} is already packed (a sinkq artifact)", path_);
   runtime::QuantizedModel qm = runtime::build_quantized(pipeline_->sim, opt);
   if (!pipeline_->calib_json.is_null()) qm.recipe["calibration_data"] = pipeline_->calib_json;

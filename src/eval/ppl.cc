@@ -139,8 +139,7 @@ void check_ppl_text(const std::vector<int32_t>& toks, const PplOptions& opt) {
               toks.size(), opt.ctx, ppl_protocol_name(opt.protocol));
 }
 
-PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
-                     Forward* reference) {
+void check_ppl_forward(const Forward& fwd, const PplOptions& opt, const Forward* reference) {
   SINKQ_CHECK(opt.ctx <= fwd.max_ctx() - fwd.prefix_size(),
               "perplexity context {} (--ctx) is longer than the {} positions left after a prefix of {}", opt.ctx,
               fwd.max_ctx() - fwd.prefix_size(), fwd.prefix_size());
@@ -152,52 +151,68 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
                   f.prefix_size());
   };
   check_prefix(fwd, "evaluated");
-  if (reference) check_prefix(*reference, "reference");
+  if (!reference) return;
+  check_prefix(*reference, "reference");
+  const int64_t V = fwd.model().config().vocab_size;
+  SINKQ_CHECK(reference->model().config().vocab_size == V,
+              "KLD reference model has vocabulary {} but the model has {}", reference->model().config().vocab_size, V);
+  SINKQ_CHECK(opt.ctx <= reference->max_ctx() - reference->prefix_size(),
+              "perplexity context {} is longer than the reference forward's {}", opt.ctx,
+              reference->max_ctx() - reference->prefix_size());
+}
+
+void PplTotals::add(double sum, int64_t n, const double* kl) {
+  SINKQ_CHECK(std::isfinite(sum),
+              "window {}: the NLL is not finite ({}): the model's logits contain NaN or Inf (weights that are NaN / Inf "
+              "or overflow)",
+              r_.windows + 1, sum);
+  if (kl) {
+    r_.has_kld = true;
+    total_kld_ += *kl;
+    r_.window_kld.push_back(*kl / double(n));
+  }
+  total_ += sum;
+  r_.tokens_scored += n;
+  r_.window_nll.push_back(sum / double(n));
+  ++r_.windows;
+  if (opt_.progress) opt_.progress(r_.windows, total_windows_, std::exp(total_ / double(r_.tokens_scored)));
+}
+
+PplResult PplTotals::result() const {
+  PplResult r = r_;
+  r.mean_nll = total_ / double(r.tokens_scored);
+  if (r.has_kld) r.kld = total_kld_ / double(r.tokens_scored);
+  r.ppl = std::exp(r.mean_nll);
+  return r;
+}
+
+PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
+                     Forward* reference) {
+  check_ppl_forward(fwd, opt, reference);
   check_ppl_text(toks, opt);
   const auto windows = ppl_windows(toks, opt);
   const int64_t V = fwd.model().config().vocab_size;
-  if (reference) {
-    SINKQ_CHECK(reference->model().config().vocab_size == V,
-                "KLD reference model has vocabulary {} but the model has {}",
-                reference->model().config().vocab_size, V);
-    SINKQ_CHECK(opt.ctx <= reference->max_ctx() - reference->prefix_size(),
-                "perplexity context {} is longer than the reference forward's {}", opt.ctx,
-                reference->max_ctx() - reference->prefix_size());
-  }
-  PplResult r;
-  r.has_kld = reference != nullptr;
-  double total = 0, total_kld = 0;
+  PplTotals totals(opt, int64_t(windows.size()));
   const size_t first = size_t(ppl_first_scored(opt));
   for (const auto& w : windows) {
     fwd.reset();
     const std::span<const float> logits = fwd.step(w, /*all_logits=*/true);
     double sum = 0;
     for (size_t p = first; p + 1 < w.size(); ++p) sum += token_nll(logits.data() + p * size_t(V), V, w[p + 1]);
-    SINKQ_CHECK(std::isfinite(sum),
-                "window {}: the NLL is not finite ({}): the model's logits contain NaN or Inf (weights that are NaN / Inf "
-                "or overflow)",
-                r.windows + 1, sum);
     const int64_t n = int64_t(w.size()) - 1 - int64_t(first);
-    if (reference) {
-      // fwd's logits live in fwd's own buffer: valid while the reference runs.
-      reference->reset();
-      const std::span<const float> ref = reference->step(w, /*all_logits=*/true);
-      double kl = 0;
-      for (size_t p = first; p + 1 < w.size(); ++p)
-        kl += token_kld(ref.data() + p * size_t(V), logits.data() + p * size_t(V), V);
-      total_kld += kl;
-      r.window_kld.push_back(kl / double(n));
+    if (!reference) {
+      totals.add(sum, n);
+      continue;
     }
-    total += sum;
-    r.tokens_scored += n;
-    r.window_nll.push_back(sum / double(n));
-    ++r.windows;
-    if (opt.progress) opt.progress(r.windows, int64_t(windows.size()), std::exp(total / double(r.tokens_scored)));
+    // fwd's logits live in fwd's own buffer: valid while the reference runs.
+    reference->reset();
+    const std::span<const float> ref = reference->step(w, /*all_logits=*/true);
+    double kl = 0;
+    for (size_t p = first; p + 1 < w.size(); ++p)
+      kl += token_kld(ref.data() + p * size_t(V), logits.data() + p * size_t(V), V);
+    totals.add(sum, n, &kl);
   }
-  r.mean_nll = total / double(r.tokens_scored);
-  if (reference) r.kld = total_kld / double(r.tokens_scored);
-  r.ppl = std::exp(r.mean_nll);
-  return r;
+  return totals.result();
 }
 
 std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok) {

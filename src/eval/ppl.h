@@ -76,6 +76,27 @@ std::vector<std::vector<int32_t>> ppl_windows(const std::vector<int32_t>& toks, 
 // checks it before allocating a KV cache of opt.ctx positions.
 void check_ppl_text(const std::vector<int32_t>& toks, const PplOptions& opt);
 
+// The checks of perplexity() on the forwards before anything runs: ctx fits, the prefix matches the
+// protocol, the reference has the same vocabulary (sinkq::Error naming --ctx / --protocol).
+void check_ppl_forward(const Forward& fwd, const PplOptions& opt, const Forward* reference);
+
+// The running totals of perplexity(), the windows' NLL sums added in window order (also by the
+// MPI pipeline, dist/pipeline.h, whose last stage computes each window's sum the same way).
+class PplTotals {
+ public:
+  PplTotals(const PplOptions& opt, int64_t windows) : opt_(opt), total_windows_(windows) {}
+  // The next window's NLL sum over its n scored predictions (an error naming the window when it is
+  // not finite) and, with a reference, its KL sum; calls opt.progress.
+  void add(double nll_sum, int64_t n, const double* kl_sum = nullptr);
+  PplResult result() const;
+
+ private:
+  const PplOptions& opt_;
+  int64_t total_windows_;
+  double total_ = 0, total_kld_ = 0;
+  PplResult r_;
+};
+
 // Runs `fwd` (reset before every window) over the windows. Throws sinkq::Error if the text is
 // too short for one window or ctx exceeds the forward's context. With `reference` (e.g. the
 // full-precision model; same vocabulary required) also the KLD of fwd against it.

@@ -122,6 +122,12 @@ class GgufLoader {
     gguf_dequantize(t.type, t.data, out.data(), n, g_.path() + ": tensor '" + name + "'");
     return w_.own(std::move(out));
   }
+  // A tensor another stage holds (LayerRange): name, shape and type checked, nothing dequantized.
+  Mat skip(const std::string& name, int64_t rows, int64_t cols) {
+    take(name, {cols, rows});
+    return Mat{DType::F32, rows, cols, nullptr, name};
+  }
+  void skip_vec(const std::string& name, int64_t n) { take(name, {n}); }
   bool has(const std::string& name) const { return g_.find(name) != nullptr; }
   void reject_unused() const {
     for (const GgufTensor& t : g_.tensors())
@@ -164,15 +170,25 @@ class GgufLoader {
 
 }  // namespace
 
-ModelFiles ModelFiles::load_gguf(const std::string& path) {
+ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   auto g = GgufFile::open(path);
   ModelFiles m;
   m.dir = path;
   m.config = model_config_from_gguf(*g);
   const ModelConfig& cfg = m.config;
+  const int N = cfg.num_layers;
+  range.check(N);
 
+  // What this stage dequantizes: its layers' blk.N.* tensors and the ends it holds.
+  auto held = [&](const std::string& name) {
+    int l = -1;
+    if (std::sscanf(name.c_str(), "blk.%d.", &l) == 1) return range.holds(l, N);
+    if (name == "token_embd.weight") return range.holds_embed(N, cfg.tie_word_embeddings);
+    return range.last(N);  // output_norm, output
+  };
   uint64_t f32_bytes = 0;
-  for (const GgufTensor& t : g->tensors()) f32_bytes += uint64_t(t.numel()) * 4;
+  for (const GgufTensor& t : g->tensors())
+    if (held(t.name)) f32_bytes += uint64_t(t.numel()) * 4;
   const uint64_t avail = mem_available_bytes();
   SINKQ_CHECK(avail == 0 || f32_bytes < avail, "{}: the dequantized (fp32) model needs {:.2f} GB but only {:.2f} GB "
               "of memory is available", path, double(f32_bytes) / 1e9, double(avail) / 1e9);
@@ -184,11 +200,24 @@ ModelFiles ModelFiles::load_gguf(const std::string& path) {
   // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); qwen2
   // files keep the HF order (rope type "neox" = rotate_half).
   const bool permuted = cfg.arch != Arch::Qwen2;
-  w.embed = ld.mat("token_embd.weight", vocab, hidden);
+  w.embed = range.holds_embed(N, cfg.tie_word_embeddings) ? ld.mat("token_embd.weight", vocab, hidden)
+                                                           : ld.skip("token_embd.weight", vocab, hidden);
   w.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("blk.{}.", i);
+    if (!range.holds(i, N)) {  // another stage's layer: names, shapes and types only
+      ld.skip_vec(p + "attn_norm.weight", hidden);
+      for (const LinearRoleInfo& r : kLinearRoles)
+        L.mat(int(r.role)) = ld.skip(p + r.gguf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
+      if (cfg.qkv_bias) {
+        ld.skip_vec(p + "attn_q.bias", q_dim);
+        ld.skip_vec(p + "attn_k.bias", kv_dim);
+        ld.skip_vec(p + "attn_v.bias", kv_dim);
+      }
+      ld.skip_vec(p + "ffn_norm.weight", hidden);
+      continue;
+    }
     L.attn_norm = ld.vec(p + "attn_norm.weight", hidden);
     for (const LinearRoleInfo& r : kLinearRoles) {
       // q / k rows un-permuted per head (llama.cpp's layout to rotate_half's); 0: as stored.
@@ -205,8 +234,11 @@ ModelFiles ModelFiles::load_gguf(const std::string& path) {
     }
     L.mlp_norm = ld.vec(p + "ffn_norm.weight", hidden);
   }
-  w.final_norm = ld.vec("output_norm.weight", hidden);
-  w.lm_head = cfg.tie_word_embeddings ? w.embed : ld.mat("output.weight", vocab, hidden);
+  if (range.last(N)) w.final_norm = ld.vec("output_norm.weight", hidden);
+  else ld.skip_vec("output_norm.weight", hidden);
+  w.lm_head = cfg.tie_word_embeddings ? w.embed
+              : range.last(N)         ? ld.mat("output.weight", vocab, hidden)
+                                      : ld.skip("output.weight", vocab, hidden);
   ld.reject_unused();
   return m;
 }

@@ -65,6 +65,14 @@ class Loader {
     return w_.own(std::move(out));
   }
 
+  // A matrix another stage holds (LayerRange): name and shape checked, its data not read.
+  Mat skip(const std::string& name, int64_t rows, int64_t cols) {
+    const TensorInfo& t = take(name);
+    check_shape(t, {rows, cols});
+    return Mat{t.dtype, rows, cols, nullptr, name};
+  }
+  void skip_vec(const std::string& name, int64_t n) { check_shape(take(name), {n}); }
+
   bool has(const std::string& name) const { return w_.store.find(name) != nullptr; }
   void mark_used(const std::string& name) { used_.insert(name); }
 
@@ -113,14 +121,17 @@ class Loader {
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) {
+ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, LayerRange range) {
+  range.check(cfg.num_layers);
+  const int N = cfg.num_layers;
   ModelWeights w;
   w.store = TensorStore::open_dir(dir);
   Loader ld(w, dir);
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
 
-  w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
+  w.embed = range.holds_embed(N, cfg.tie_word_embeddings) ? ld.mat("model.embed_tokens.weight", vocab, hidden)
+                                                           : ld.skip("model.embed_tokens.weight", vocab, hidden);
   // Every layer needs 9 tensors (2 norms, 7 linears): a layer count the files cannot hold is refused
   // before the per-layer structures are allocated (num_hidden_layers 1e9 asked for ~600 GB first).
   size_t tensors = 0;
@@ -133,6 +144,18 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
+    if (!range.holds(i, N)) {  // another stage's layer: names and shapes only
+      ld.skip_vec(p + "input_layernorm.weight", hidden);
+      for (const LinearRoleInfo& r : kLinearRoles)
+        L.mat(int(r.role)) = ld.skip(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
+      if (cfg.qkv_bias) {
+        ld.skip_vec(p + "self_attn.q_proj.bias", q_dim);
+        ld.skip_vec(p + "self_attn.k_proj.bias", kv_dim);
+        ld.skip_vec(p + "self_attn.v_proj.bias", kv_dim);
+      }
+      ld.skip_vec(p + "post_attention_layernorm.weight", hidden);
+      continue;
+    }
     L.attn_norm = ld.vec(p + "input_layernorm.weight", hidden);
     for (const LinearRoleInfo& r : kLinearRoles)
       L.mat(int(r.role)) = ld.mat(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
@@ -143,7 +166,8 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
     }
     L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", hidden);
   }
-  w.final_norm = ld.vec("model.norm.weight", hidden);
+  if (range.last(N)) w.final_norm = ld.vec("model.norm.weight", hidden);
+  else ld.skip_vec("model.norm.weight", hidden);
 
   if (cfg.tie_word_embeddings) {
     w.lm_head = w.embed;
@@ -151,7 +175,7 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg) 
   } else {
     if (!ld.has("lm_head.weight"))
       fail("{}: config has tie_word_embeddings false but there is no tensor 'lm_head.weight'", dir);
-    w.lm_head = ld.mat("lm_head.weight", vocab, hidden);
+    w.lm_head = range.last(N) ? ld.mat("lm_head.weight", vocab, hidden) : ld.skip("lm_head.weight", vocab, hidden);
   }
   ld.reject_unused(cfg);
   return w;
@@ -188,8 +212,13 @@ int64_t ModelWeights::parameter_count() const {
   return total;
 }
 
-ModelFiles ModelFiles::load(const std::string& dir) {
-  if (GgufFile::looks_like_gguf(dir)) return load_gguf(dir);
+void LayerRange::check(int layers) const {
+  SINKQ_CHECK(begin >= 0 && begin < end_of(layers) && end_of(layers) <= layers,
+              "layer range [{}, {}) is not a stage of a model with {} layers", begin, end_of(layers), layers);
+}
+
+ModelFiles ModelFiles::load(const std::string& dir, LayerRange range) {
+  if (GgufFile::looks_like_gguf(dir)) return load_gguf(dir, range);
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("model directory '{}' does not exist", dir);
   if (!fs::is_directory(dir, ec)) fail("model path '{}' is neither a directory nor a GGUF file", dir);
@@ -198,7 +227,7 @@ ModelFiles ModelFiles::load(const std::string& dir) {
   ModelFiles m;
   m.dir = dir;
   m.config = ModelConfig::load(cfg_path);
-  m.weights = ModelWeights::load(dir, m.config);
+  m.weights = ModelWeights::load(dir, m.config, range);
   return m;
 }
 

@@ -73,6 +73,25 @@ inline const LinearRoleInfo& role_info(int i) { return kLinearRoles[i]; }
 // The size of a table dimension in a model of config `c`.
 int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c);
 
+// The decoder layers one process holds (MPI pipeline parallelism, dist/pipeline.h: a contiguous
+// stage of the layers): [begin, end) of the config's num_layers, the embedding table when begin
+// == 0, the final norm and the LM head when end == num_layers (tied: the table on both ends). The
+// default holds the whole model. Loaders check every tensor's name and shape but do not read the
+// data of what the range does not hold: those Mats keep their shape and name with data == nullptr.
+struct LayerRange {
+  int begin = 0, end = -1;  // end < 0: to the last layer
+  static LayerRange all() { return {}; }
+  int end_of(int layers) const { return end < 0 ? layers : end; }
+  bool whole(int layers) const { return begin == 0 && end_of(layers) == layers; }
+  bool holds(int l, int layers) const { return l >= begin && l < end_of(layers); }
+  bool first() const { return begin == 0; }
+  bool last(int layers) const { return end_of(layers) == layers; }
+  // The embedding table: the first stage embeds, the last one's LM head is the table when tied.
+  bool holds_embed(int layers, bool tied) const { return first() || (tied && last(layers)); }
+  // Error naming the range unless 0 <= begin < end <= layers.
+  void check(int layers) const;
+};
+
 struct LayerWeights {
   const float* attn_norm = nullptr;  // [hidden]
   Mat wq, wk, wv, wo;                // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
@@ -134,7 +153,7 @@ struct ModelWeights {
   // another architecture would otherwise load silently), except rotary_emb.inv_freq buffers.
   // o_proj / MLP biases: "not supported" errors. Tied: lm_head = embed; an lm_head.weight present
   // in the files anyway is ignored (as HF does). Untied without lm_head.weight: error.
-  static ModelWeights load(const std::string& dir, const ModelConfig& cfg);
+  static ModelWeights load(const std::string& dir, const ModelConfig& cfg, LayerRange range = {});
   const float* own(std::vector<float> v);  // move into `owned`, return stable pointer
   int64_t parameter_count() const;         // counts lm_head once when tied
   // One table for the embeddings and the LM head (the int8 head's: one impl; else one Mat).
@@ -147,10 +166,11 @@ struct ModelFiles {
   ModelConfig config;
   ModelWeights weights;
   // dir/config.json + safetensors; a path to a GGUF file (magic "GGUF") goes to load_gguf.
-  static ModelFiles load(const std::string& dir);
-  // A GGUF file (io/gguf_model.cc): config from its metadata, every tensor dequantized to fp32,
-  // q/k rows un-permuted to the HF layout.
-  static ModelFiles load_gguf(const std::string& path);
+  // `range`: only those layers' tensors are read (LayerRange).
+  static ModelFiles load(const std::string& dir, LayerRange range = {});
+  // A GGUF file (io/gguf_model.cc): config from its metadata, every tensor (of `range`)
+  // dequantized to fp32, q/k rows un-permuted to the HF layout.
+  static ModelFiles load_gguf(const std::string& path, LayerRange range = {});
 };
 
 class GgufFile;

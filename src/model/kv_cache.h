@@ -17,8 +17,9 @@ namespace sinkq {
 class KVCache {
  public:
   KVCache() = default;
-  KVCache(int num_layers, int64_t capacity, int64_t kv_dim)
-      : layers_(num_layers), capacity_(capacity), kv_dim_(kv_dim),
+  // Layers [first_layer, first_layer + num_layers): a pipeline stage holds its own layers' rows only.
+  KVCache(int num_layers, int64_t capacity, int64_t kv_dim, int first_layer = 0)
+      : first_(first_layer), layers_(num_layers), capacity_(capacity), kv_dim_(kv_dim),
         k_(size_t(num_layers) * size_t(capacity) * size_t(kv_dim)),
         v_(size_t(num_layers) * size_t(capacity) * size_t(kv_dim)) {}
 
@@ -36,14 +37,18 @@ class KVCache {
     SINKQ_ASSERT(size_ + T <= capacity_);
     size_ += T;
   }
-  float* k(int layer) { return k_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
-  float* v(int layer) { return v_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
-  const float* k(int layer) const { return k_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
-  const float* v(int layer) const { return v_.data() + size_t(layer) * size_t(capacity_ * kv_dim_); }
+  float* k(int layer) { return k_.data() + offset(layer); }
+  float* v(int layer) { return v_.data() + offset(layer); }
+  const float* k(int layer) const { return k_.data() + offset(layer); }
+  const float* v(int layer) const { return v_.data() + offset(layer); }
   size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
 
  private:
-  int layers_ = 0;
+  size_t offset(int layer) const {
+    SINKQ_ASSERT(layer >= first_ && layer < first_ + layers_);
+    return size_t(layer - first_) * size_t(capacity_ * kv_dim_);
+  }
+  int first_ = 0, layers_ = 0;
   int64_t capacity_ = 0, kv_dim_ = 0, size_ = 0;
   std::vector<float> k_, v_;
 };

@@ -13,10 +13,11 @@
 
 namespace sinkq {
 
-std::shared_ptr<Model> Model::load(const std::string& dir) {
+std::shared_ptr<Model> Model::load(const std::string& dir, LayerRange stage) {
   auto m = std::make_shared<Model>();
-  ModelFiles f = ModelFiles::load(dir);
+  ModelFiles f = ModelFiles::load(dir, stage);
   m->cfg_ = std::move(f.config);
+  m->stage_ = {stage.begin, stage.end_of(m->cfg_.num_layers)};
   m->w_ = std::move(f.weights);
   m->rope_ = RopeTable::make(m->cfg_.rope());
   m->dir_ = dir;
@@ -96,6 +97,7 @@ bool site_sharing() { return g_site_sharing.on(); }
 std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64_t seed) {
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
+  m->stage_ = {0, cfg.num_layers};
   m->rope_ = RopeTable::make(cfg.rope());
   uint64_t next_seed = seed;
   auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
@@ -130,11 +132,14 @@ std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64
   return m;
 }
 
-std::shared_ptr<Model> Model::from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir) {
+std::shared_ptr<Model> Model::from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir,
+                                           LayerRange stage) {
   SINKQ_CHECK(int64_t(w.layers.size()) == cfg.num_layers, "weights have {} layers, the config {}", w.layers.size(),
               cfg.num_layers);
+  stage.check(cfg.num_layers);
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
+  m->stage_ = {stage.begin, stage.end_of(cfg.num_layers)};
   m->rope_ = RopeTable::make(cfg.rope());
   m->dir_ = std::move(dir);
   m->w_ = std::move(w);
@@ -147,6 +152,7 @@ std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, Mo
               "replacement weights have {} layers, the model has {}", w.layers.size(), base->w_.layers.size());
   auto m = std::make_shared<Model>();
   m->cfg_ = base->cfg_;
+  m->stage_ = base->stage_;
   m->rope_ = base->rope_;
   m->dir_ = base->dir_;
   m->w_ = std::move(w);
@@ -158,10 +164,13 @@ int64_t Model::decode_weight_bytes() const {
   auto bytes = [](const Mat& m, const std::shared_ptr<const LinearImpl>& impl) {
     return impl ? int64_t(impl->bytes()) : m.rows * m.cols * int64_t(dtype_size(m.dtype));
   };
-  int64_t total = bytes(w_.lm_head, w_.lm_head_impl);
-  for (const LayerWeights& l : w_.layers)
+  const int N = cfg_.num_layers;
+  int64_t total = stage_.last(N) ? bytes(w_.lm_head, w_.lm_head_impl) : 0;
+  for (int i = stage_.begin; i < stage_.end_of(N); ++i) {
+    const LayerWeights& l = w_.layers[size_t(i)];
     total += bytes(l.wq, l.impl.q) + bytes(l.wk, l.impl.k) + bytes(l.wv, l.impl.v) + bytes(l.wo, l.impl.o) +
              bytes(l.w_gate, l.impl.gate) + bytes(l.w_up, l.impl.up) + bytes(l.w_down, l.impl.down);
+  }
   return total;
 }
 
@@ -173,14 +182,17 @@ Forward::Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t ma
               "context of {} tokens is longer than the model's max_position_embeddings ({})",
               max_ctx, c.max_position_embeddings);
   max_batch_ = std::min(max_batch_, max_ctx);
-  // The fp32 cache is sized by the request (max_ctx), checked against memory before allocating.
-  const uint64_t kv_bytes = uint64_t(c.num_layers) * 2 * uint64_t(max_ctx) * uint64_t(c.kv_dim()) * sizeof(float);
+  // The fp32 cache is sized by the request (max_ctx), checked against memory before allocating; a
+  // pipeline stage holds its own layers' rows.
+  const LayerRange& st = model_->stage();
+  const int held = st.end_of(c.num_layers) - st.begin;
+  const uint64_t kv_bytes = uint64_t(held) * 2 * uint64_t(max_ctx) * uint64_t(c.kv_dim()) * sizeof(float);
   const uint64_t avail = mem_available_bytes();
   SINKQ_CHECK(avail == 0 || kv_bytes <= avail,
               "a KV cache of {} tokens needs {:.2f} GB ({} layers x 2 x {} x fp32), {:.2f} GB of memory is available: "
               "lower the context (--ctx)",
-              max_ctx, double(kv_bytes) / 1e9, c.num_layers, c.kv_dim(), double(avail) / 1e9);
-  cache_ = KVCache(c.num_layers, max_ctx, c.kv_dim());
+              max_ctx, double(kv_bytes) / 1e9, held, c.kv_dim(), double(avail) / 1e9);
+  cache_ = KVCache(held, max_ctx, c.kv_dim(), st.begin);
   hooks_.resize(c.num_layers);
   attn_shape_ = AttnShape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
   const size_t B = size_t(max_batch_);
@@ -288,6 +300,7 @@ std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> m
   const int64_t P = int64_t(tokens.size());
   SINKQ_CHECK(P < c.max_position_embeddings, "a KV prefix of {} tokens leaves no room in max_position_embeddings ({})",
               P, c.max_position_embeddings);
+  SINKQ_CHECK(model->whole(), "a KV prefix is computed on the whole model, not one pipeline stage");
   Forward fwd(model, P);
   if (prepare) prepare(fwd);
   fwd.step(tokens, false);
@@ -313,6 +326,7 @@ KvSegment KvPrefix::segment(int layer) const {
 
 void Forward::embed(std::span<const int32_t> tokens, float* x) {
   SINKQ_CHECK(!tokens.empty(), "no tokens to embed");
+  SINKQ_CHECK(model_->stage().first(), "embed: this pipeline stage does not hold the embeddings");
   embed_ids(model_->weights(), tokens, x);
 }
 
@@ -320,6 +334,7 @@ void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) {
   const ModelConfig& c = model_->config();
   const int64_t T = int64_t(tokens.size());
   SINKQ_CHECK(l >= 0 && l < c.num_layers, "layer {} out of range (the model has {})", l, c.num_layers);
+  SINKQ_CHECK(model_->stage().holds(l, c.num_layers), "layer {} is another pipeline stage's", l);
   SINKQ_CHECK(T > 0 && T <= max_batch_, "run_layer takes 1..{} tokens (max_batch), got {}", max_batch_, T);
   SINKQ_CHECK(n_past() + T <= max_ctx(), "{} tokens after {} already in the cache exceed the context of {} tokens",
               T, n_past(), max_ctx());
@@ -343,8 +358,37 @@ void Forward::site(Site s, int layer, float* data, int64_t T, int64_t features) 
 // logits_out: nullptr = no logits needed (an inner chunk of a long prompt); else all rows
 // (all_logits) or only the last row.
 void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out) {
+  chunk(tokens, nullptr, all_logits ? 0 : int64_t(tokens.size()) - 1, logits_out);
+}
+
+void Forward::run_stage(std::span<const int32_t> tokens, float* x, int64_t first_row, float* logits_out) {
+  const int64_t T = int64_t(tokens.size());
+  SINKQ_CHECK(!model_->stage().first() && x, "run_stage: the first stage embeds its tokens (step())");
+  SINKQ_CHECK(T > 0 && T <= max_batch_ && first_row >= 0 && first_row < T,
+              "run_stage: {} tokens (1..{}), logits from row {}", T, max_batch_, first_row);
+  SINKQ_CHECK(n_past() + T <= max_ctx(), "{} tokens after {} already in the cache exceed the context of {} tokens", T,
+              n_past(), max_ctx());
+  chunk(tokens, x, first_row, logits_out);
+}
+
+void Forward::set_link(std::shared_ptr<StageLink> link) {
+  SINKQ_CHECK(body_size() == 0, "a pipeline link can only be set between sequences");
+  SINKQ_CHECK(!link || (model_->stage().first() && !model_->whole()),
+              "a pipeline link goes on the first stage of a model split into stages");
+  link_ = std::move(link);
+}
+
+// One chunk through this model's stage (the whole model but in a pipeline): embed (first stage) or
+// take x_io (a later one), the stage's layers, then the final norm and LM head of rows [first_row,
+// T) into logits_out (last stage; nullptr: no logits). A first stage with a link hands x on there
+// (and gets the logits back); a later stage that is not the last returns its output in x_io.
+void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out) {
   const ModelConfig& c = model_->config();
   const ModelWeights& w = model_->weights();
+  const LayerRange& st = model_->stage();
+  const int N = c.num_layers;
+  SINKQ_CHECK(st.last(N) || link_ || x_io, "this model holds layers [{}, {}) of {}: it runs as a pipeline stage "
+              "(mpirun), not on its own", st.begin, st.end_of(N), N);
   const int64_t T = int64_t(tokens.size());
   const int64_t H = c.hidden_size;
   for (int64_t t = 0; t < T; ++t) {
@@ -352,17 +396,19 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
     ids_[size_t(t)] = tokens[size_t(t)];
   }
   auto body = [&] {
-    embed_ids(w, tokens, x_.data());
-    for (int l = 0; l < c.num_layers; ++l) layer(l, T);
-    advance(T);
-    if (!logits_out) return;
+    if (st.first()) embed_ids(w, tokens, x_.data());
+    else std::copy(x_io, x_io + T * H, x_.data());
+    for (int l = st.begin; l < st.end_of(N); ++l) layer(l, T);
+    if (!logits_out || !st.last(N)) return;
     // Final norm and LM head only for the rows whose logits are wanted.
-    const int64_t first = all_logits ? 0 : T - 1;
-    const Part self{this, 0, T - first};
-    head(x_.data() + first * H, std::span(&self, 1), first, xn_.data(), logits_out);
+    const Part self{this, 0, T - first_row};
+    head(x_.data() + first_row * H, std::span(&self, 1), first_row, xn_.data(), logits_out);
   };
   if (T <= kTeamMaxRows) run_in_team(0, body);
   else body();
+  if (link_) link_->forward(tokens, body_size(), x_.data(), first_row, logits_out);
+  advance(T);
+  if (x_io && !st.last(N)) std::copy(x_.data(), x_.data() + T * H, x_io);
 }
 
 // Embedding rows: the int8 table's (embed_impl) or the fp matrix's.
@@ -489,6 +535,7 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
   SINKQ_CHECK(B >= 1, "step_batch: no sequences");
   SINKQ_CHECK(tokens.size() == seqs.size(), "step_batch: {} tokens for {} sequences", tokens.size(), seqs.size());
   Forward& ws = *seqs[0];
+  SINKQ_CHECK(ws.model_->whole(), "step_batch: the model is one stage of a pipeline");
   SINKQ_CHECK(B <= ws.max_batch_, "step_batch: {} sequences, the first one's buffers hold {} rows (max_batch)", B,
               ws.max_batch_);
   const ModelConfig& c = ws.model_->config();

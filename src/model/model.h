@@ -19,8 +19,9 @@ namespace sinkq {
 
 class Model {
  public:
-  // Loads and validates an HF model directory (config.json + safetensors, mmap).
-  static std::shared_ptr<Model> load(const std::string& dir);
+  // Loads and validates an HF model directory (config.json + safetensors, mmap) or a GGUF file;
+  // `stage`: only those layers (and ends) are read (io/weights.h LayerRange; MPI pipeline stages).
+  static std::shared_ptr<Model> load(const std::string& dir, LayerRange stage = {});
   // A model with random weights of the given shape, held in memory (benchmarks, tests).
   // Weights ~ U(-a, a) with a = 1/sqrt(fan_in) so activations stay O(1); norms = 1.
   static std::shared_ptr<Model> random(const ModelConfig& cfg, DType dtype, uint64_t seed);
@@ -31,13 +32,17 @@ class Model {
   // A model from a validated config and weights built elsewhere (e.g. a sinkq artifact: packed
   // linears in LayerWeights::impl, the rest pointing into w.store's mapping, which `w` owns).
   // The RoPE table is made from cfg; dir is informational ("" for none). Checks the layer count.
-  static std::shared_ptr<Model> from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir = "");
+  static std::shared_ptr<Model> from_weights(const ModelConfig& cfg, ModelWeights w, std::string dir = "",
+                                             LayerRange stage = {});
 
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
   ModelWeights& mutable_weights() { return w_; }
   const RopeTable& rope() const { return rope_; }
   const std::string& dir() const { return dir_; }  // "" for in-memory models
+  // The layers whose weights this model holds (resolved: end >= 0); the whole model but under MPI.
+  const LayerRange& stage() const { return stage_; }
+  bool whole() const { return stage_.whole(cfg_.num_layers); }
   // Bytes of weights one decode step reads (all matrices, a linear with a LinearImpl counted by
   // its impl's bytes(); the embedding row is negligible).
   int64_t decode_weight_bytes() const;
@@ -47,6 +52,7 @@ class Model {
   ModelWeights w_;
   RopeTable rope_;
   std::string dir_;
+  LayerRange stage_;
   std::vector<std::vector<uint8_t>> storage_;  // backing of random()'s matrices
   std::shared_ptr<const Model> base_;          // with_weights(): owner of borrowed weight memory
 };
@@ -57,6 +63,18 @@ class Model {
 // the results are the same bit for bit). Applies to the next layer a Forward runs.
 void set_site_sharing(bool on);
 bool site_sharing();
+
+// The later stages of a pipeline, seen from the first (dist/pipeline.h implements it over MPI):
+// set on a Forward whose model is the first stage, it takes each chunk after that stage's layers
+// and, when logits are wanted, returns them from the last stage.
+class StageLink {
+ public:
+  virtual ~StageLink() = default;
+  // The chunk `tokens` at body rows [body_past, body_past + T), x [T, hidden] after this stage's
+  // layers; logits_out: nullptr (none wanted) or [T − first_row, vocab], the rows from first_row.
+  virtual void forward(std::span<const int32_t> tokens, int64_t body_past, const float* x, int64_t first_row,
+                       float* logits_out) = 0;
+};
 
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
 // share the code; the KV cache grows with every call.
@@ -113,6 +131,16 @@ class Forward {
   // Throws sinkq::Error when the cache would overflow. The span stays valid until the next call.
   std::span<const float> step(std::span<const int32_t> tokens, bool all_logits);
 
+  // A pipeline (StageLink): the layers after this model's stage run there; step() hands every
+  // chunk on. Only on a first stage that is not the whole model, between sequences.
+  void set_link(std::shared_ptr<StageLink> link);
+  const std::shared_ptr<StageLink>& link() const { return link_; }
+  // One chunk of a later pipeline stage (dist/pipeline.h): this model's layers over x [T, hidden]
+  // (the previous stage's output, replaced by this stage's) at body rows body_size()..; on the
+  // last stage then the final norm and LM head of rows [first_row, T) into logits_out (nullptr:
+  // none). Advances the body like step(). T <= max_batch().
+  void run_stage(std::span<const int32_t> tokens, float* x, int64_t first_row, float* logits_out);
+
   // Layer-at-a-time execution for layer-wise calibration (grid searches compare one block's
   // output under candidate quantizers without re-running the layers before it). Same code as
   // step(); tokens.size() = T <= max_batch, at positions n_past()..n_past()+T-1.
@@ -149,6 +177,7 @@ class Forward {
     int64_t row0, n;
   };
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
+  void chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out);
   static void embed_ids(const ModelWeights& w, std::span<const int32_t> ids, float* out);
   static void head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits);
   void layer(int l, int64_t T);
@@ -162,6 +191,7 @@ class Forward {
   int64_t store_rows_ = 0;                 // body rows in store_
   std::vector<float> k_new_, v_new_;       // store_ only: the chunk's new rows [max_batch, kv_dim]
   std::shared_ptr<const KvPrefix> prefix_;  // shared, read in place; never copied
+  std::shared_ptr<StageLink> link_;        // the later stages of a pipeline (first stage only)
   SiteHooks hooks_;
   int64_t max_batch_;
   AttnShape attn_shape_;

@@ -98,6 +98,8 @@ bool is_artifact(const std::string& dir);
 // tensor, config.json, or the recipe the tensors were packed with) is a sinkq::Error naming the
 // file and the field or tensor. The result's cfg is the stored Recipe (what was simulated and
 // packed); its recipe JSON is that recipe with the provenance beside it.
-QuantizedModel load_artifact(const std::string& dir);
+// `stage`: a pipeline stage (io/weights.h LayerRange, dist/pipeline.h) reads and verifies only its
+// own layers' tensors (and the embeddings / head it holds); the rest is checked by header only.
+QuantizedModel load_artifact(const std::string& dir, LayerRange stage = {});
 
 }  // namespace sinkq::runtime

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -101,7 +102,7 @@ struct Loader {
 
 }  // namespace
 
-QuantizedModel load_artifact(const std::string& dir) {
+QuantizedModel load_artifact(const std::string& dir, LayerRange stage) {
   Loader L;
   L.dir = dir;
   L.recipe_path = dir + "/" + kRecipe;
@@ -131,6 +132,8 @@ QuantizedModel load_artifact(const std::string& dir) {
     fail("{}: changed after quantize: its checksum is {}, {} records {} (the packed tensors were made for the "
          "recorded config)", config_path, have, L.recipe_path, want);
   const ModelConfig mc = ModelConfig::load(config_path);
+  const int N = mc.num_layers;
+  stage.check(N);
 
   QuantizedModel qm;
   // The recipe: the one parse (quant::Recipe::from_json), and it must be in the form to_json
@@ -144,6 +147,17 @@ QuantizedModel load_artifact(const std::string& dir) {
   if (r.contains("provenance") && r.at("provenance").is_object())
     for (const auto& [k, v] : r.at("provenance").items()) qm.recipe[k] = v;
   const bool tied = L.get_bool(r, "", "lm_head_tied");
+  // A pipeline stage (LayerRange) reads, copies and checksums its own tensors only; the others'
+  // names, dtypes and shapes are still checked against the recipe and the inventory.
+  const bool need_embed = stage.holds_embed(N, tied), need_head = stage.last(N);
+  auto owned = [&](const std::string& name) {
+    int l = -1;
+    if (std::sscanf(name.c_str(), "model.layers.%d.", &l) == 1) return stage.holds(l, N);
+    if (name.rfind("model.embed_tokens.", 0) == 0) return need_embed;
+    if (name.rfind("lm_head.", 0) == 0) return need_head || (tied && need_embed);
+    if (name.rfind("model.norm.", 0) == 0) return need_head;
+    return true;  // the prefix
+  };
   try {
     qm.cfg.check_layers(mc.num_layers);
     check_runnable(qm.cfg);
@@ -197,13 +211,18 @@ QuantizedModel load_artifact(const std::string& dir) {
     };
     w.embed = Mat{DType::F32, mc.vocab_size, H, nullptr, "model.embed_tokens.weight"};
     w.lm_head = Mat{DType::F32, mc.vocab_size, H, nullptr, "lm_head.weight"};
-    w.lm_head_impl = table("lm_head");
-    w.embed_impl = tied ? w.lm_head_impl : table("model.embed_tokens");
+    if (owned("lm_head.")) w.lm_head_impl = table("lm_head");
+    if (need_embed) w.embed_impl = tied ? w.lm_head_impl : table("model.embed_tokens");
   } else {
-    w.embed = L.mat(w, want("model.embed_tokens.weight"), mc.vocab_size, H);
-    w.lm_head = tied ? w.embed : L.mat(w, want("lm_head.weight"), mc.vocab_size, H);
+    auto mat = [&](const std::string& name) {
+      if (owned(name)) return L.mat(w, want(name), mc.vocab_size, H);
+      const TensorInfo& t = L.tensor(want(name), "float", {mc.vocab_size, H});
+      return Mat{t.dtype, mc.vocab_size, H, nullptr, name};
+    };
+    w.embed = mat("model.embed_tokens.weight");
+    w.lm_head = tied ? w.embed : mat("lm_head.weight");
   }
-  w.final_norm = L.f32(w, want("model.norm.weight"), H);
+  if (need_head) w.final_norm = L.f32(w, want("model.norm.weight"), H);
   const bool act_static = qm.cfg.act_static();
   std::vector<quant::StaticQuant> statics;  // activation and KV params, as build_sim's
   const bool act_cross = qm.cfg.act_cross_static();
@@ -220,6 +239,15 @@ QuantizedModel load_artifact(const std::string& dir) {
   for (int l = 0; l < mc.num_layers; ++l) {
     const std::string p = layer_prefix(l);
     LayerWeights lw;
+    if (!stage.holds(l, N)) {  // another stage's layer: shapes only; CrossQuant keeps its [layer * 4 + site] index
+      for (int i = 0; i < kNumLinearRoles; ++i)
+        lw.mat(i) = Mat{DType::F32, role_dim(kLinearRoles[i].out, mc), role_dim(kLinearRoles[i].in, mc), nullptr,
+                        p + kLinearRoles[i].hf + ".weight"};
+      if (act_cross)
+        for (int s = 0; s < 4; ++s) cross.push_back(quant::make_cross_fold(qm.cfg.a.bits, qm.cfg.a.alpha, {1.0f}));
+      w.layers.push_back(lw);
+      continue;
+    }
     lw.attn_norm = L.f32(w, want(p + "input_layernorm.weight"), H);
     lw.mlp_norm = L.f32(w, want(p + "post_attention_layernorm.weight"), H);
     if (mc.qkv_bias) {
@@ -330,6 +358,12 @@ QuantizedModel load_artifact(const std::string& dir) {
       for (Site site : {Site::K, Site::V}) {
         const std::string base = fmt::format("{}{}", layer_prefix(l), site_name(site));
         quant::StaticQuant q{site, l, spec, p0};
+        if (!stage.holds(l, N)) {  // another stage's layer: valid placeholder params
+          q.params.scale.assign(size_t(p0.pcol), 1.0f);
+          if (!spec.symmetric) q.params.zero.assign(size_t(p0.pcol), 0);
+          statics.push_back(std::move(q));
+          continue;
+        }
         q.params.scale = L.copy<float>(L.tensor(want(base + ".kv_scale"), "F32", {p0.pcol}));
         if (!spec.symmetric) q.params.zero = L.copy<int32_t>(L.tensor(want(base + ".kv_zero"), "I32", {p0.pcol}));
         std::memcpy(&q.spec.clip_ratio, L.tensor(want(base + ".kv_clip"), "F32", {1}).data, sizeof(float));
@@ -349,8 +383,13 @@ QuantizedModel load_artifact(const std::string& dir) {
       for (const bool value : {false, true}) {
         quant::KvCodec& c = value ? layer.v : layer.k;
         const std::string base = fmt::format("{}kv_codebook.{}", layer_prefix(l), value ? "v" : "k");
-        c.per_channel = (value ? qm.cfg.kv.value_axis : qm.cfg.kv.key_axis) == quant::KvAxis::Channel;
         c.outliers = qm.cfg.kv.outliers;
+        if (!stage.holds(l, N)) {  // another stage's layer: valid placeholder levels
+          c.levels.resize(size_t(n_levels));
+          for (int64_t i = 0; i < n_levels; ++i) c.levels[size_t(i)] = float(i);
+          continue;
+        }
+        c.per_channel = (value ? qm.cfg.kv.value_axis : qm.cfg.kv.key_axis) == quant::KvAxis::Channel;
         c.levels = L.copy<float>(L.tensor(want(base + ".levels"), "F32", {n_levels}));
         for (size_t i = 0; i < c.levels.size(); ++i)
           SINKQ_CHECK(std::isfinite(c.levels[i]) && (i == 0 || c.levels[i] >= c.levels[i - 1]),
@@ -400,11 +439,12 @@ QuantizedModel load_artifact(const std::string& dir) {
   }
   // Nothing unexpected in the file.
   for (const TensorInfo* t : L.store.all())
-    SINKQ_CHECK(expected.count(t->name), "{}: unexpected tensor '{}' (not part of this artifact's recipe)",
-                L.tensors_path, t->name);
+    SINKQ_CHECK(expected.count(t->name) || !owned(t->name),
+                "{}: unexpected tensor '{}' (not part of this artifact's recipe)", L.tensors_path, t->name);
   // Integrity, after the structure (whose messages say more when they apply): what an edit or a
   // corruption that keeps the structure valid still changes.
-  if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{fp_dtype_label(w)}; fp != emb)
+  if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{fp_dtype_label(w)};
+      (w.lm_head_impl || !qm.cfg.head.on()) && fp != emb)
     L.bad_field("fp_dtype", fmt::format("'{}', but model.embed_tokens.weight is {}", fp, emb));
   // The inventory lists exactly the file's tensors, with their dtypes, shapes and checksums.
   const json& inv = L.field(r, "", "tensors");
@@ -421,6 +461,7 @@ QuantizedModel load_artifact(const std::string& dir) {
     if (L.get_str(e, path, "dtype") != dtype || L.field(e, path, "shape") != json(t->shape))
       L.bad_field(path, fmt::format("lists {} {}, but the tensor in {} is {} {}", e.at("dtype").get<std::string>(),
                                     e.at("shape").dump(), L.tensors_path, dtype, t->shape_str()));
+    if (!owned(t->name)) continue;  // another stage's: not read
     const std::string have = tensor_checksum(dtype, t->shape, {t->data, t->nbytes});
     if (const std::string want = L.get_str(e, path, "checksum"); have != want)
       fail("{}: tensor '{}': checksum {} differs from the {} recorded in {} (the file is corrupted or was edited "
@@ -434,7 +475,7 @@ QuantizedModel load_artifact(const std::string& dir) {
          "config_checksum, lm_head_tied, fp_dtype or recipe was edited after quantize", L.recipe_path,
          L.tensors_path, have, rc->second);
   w.store = std::move(L.store);  // keeps the mapping (embeddings, norms) alive
-  qm.model = Model::from_weights(mc, std::move(w), dir);
+  qm.model = Model::from_weights(mc, std::move(w), dir, stage);
   if (!qm.cfg.prefix.tokens.empty())
     qm.prefix = KvPrefix::from_rows(qm.cfg.prefix.tokens, mc.num_layers, mc.kv_dim(), std::move(prefix_k),
                                     std::move(prefix_v));

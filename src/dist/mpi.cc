@@ -1,0 +1,189 @@
+// sinkq/dist/mpi.cc — the MPI world (mpi.h).
+#include "dist/mpi.h"
+
+#include <fcntl.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "core/mmap.h"
+#include "dist/pipeline.h"
+
+namespace sinkq::dist {
+
+namespace {
+
+bool g_active = false;
+int g_rank = 0, g_size = 1;
+
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+// What must be equal on every rank: the executable's bytes and the arguments.
+uint64_t launch_fingerprint(int argc, char** argv) {
+  std::string all;
+  try {
+    all = checksum(read_file("/proc/self/exe"));
+  } catch (const Error&) {
+    all = "no /proc/self/exe";
+  }
+  for (int i = 1; i < argc; ++i) all += std::string("\0", 1) + argv[i];
+  return std::stoull(checksum(all), nullptr, 16);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Polls `req` until it completes or the timeout passes (then cancels it and fails).
+void wait(MPI_Request& req, std::string_view what, const char* dir, int peer) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_seconds());
+  int done = 0;
+  auto pause = std::chrono::microseconds(2);
+  for (;;) {
+    MPI_Status st;
+    const int rc = MPI_Test(&req, &done, &st);
+    if (rc != MPI_SUCCESS) {
+      char msg[MPI_MAX_ERROR_STRING];
+      int len = 0;
+      MPI_Error_string(rc, msg, &len);
+      fail("rank {}: MPI failed while {} {} (rank {}): {}", g_rank, dir, what, peer, std::string(msg, size_t(len)));
+    }
+    if (done) return;
+    if (Clock::now() > deadline) {
+      MPI_Cancel(&req);
+      fail("rank {}: no answer from rank {} for {:.0f} s while {} {} (SINKQ_MPI_TIMEOUT): that rank has stopped or "
+           "hangs", g_rank, peer, timeout_seconds(), dir, what);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(200));
+  }
+}
+
+constexpr size_t kPiece = size_t(1) << 30;
+
+}  // namespace
+
+void init(int argc, char** argv) {
+  if (!launched_by_mpi()) return;
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (g_size == 1) {  // mpirun -np 1: one process, the ordinary code path
+    MPI_Finalize();
+    g_rank = 0;
+    return;
+  }
+  g_active = true;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // Only rank 0 prints results; the others keep stderr for their errors.
+  if (g_rank > 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (null >= 0) {
+      std::fflush(stdout);
+      ::dup2(null, STDOUT_FILENO);
+      ::close(null);
+    }
+  }
+  // Every rank must run the same binary with the same arguments (mpirun -np 1 a : -np 1 b, or a
+  // binary rebuilt between copies on two hosts, would otherwise compute something else).
+  const uint64_t mine = launch_fingerprint(argc, argv);
+  std::vector<uint64_t> all(static_cast<size_t>(g_size));
+  MPI_Request req;
+  MPI_Iallgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
+  try {
+    wait(req, "the launch check", "exchanging", 0);
+    for (int r = 1; r < g_size; ++r)
+      SINKQ_CHECK(all[size_t(r)] == all[0], "rank {} runs another binary or other arguments than rank 0: every rank of "
+                  "mpirun must run the same sinkq command", r);
+  } catch (const Error& e) {
+    abort_all(e.what());
+  }
+}
+
+bool active() { return g_active; }
+int rank() { return g_rank; }
+int size() { return g_size; }
+
+double timeout_seconds() {
+  static const double t = [] {
+    const char* v = std::getenv("SINKQ_MPI_TIMEOUT");
+    if (!v || !*v) return 600.0;
+    char* end = nullptr;
+    const double s = std::strtod(v, &end);
+    if (end == v || *end || !(s > 0)) {
+      std::fprintf(stderr, "sinkq: error: SINKQ_MPI_TIMEOUT='%s' is not a positive number of seconds\n", v);
+      std::exit(1);
+    }
+    return s;
+  }();
+  return t;
+}
+
+void finish() {
+  if (!g_active) return;
+  if (g_rank == 0) {
+    try {
+      stop_workers();
+    } catch (const Error& e) {
+      abort_all(e.what());
+    }
+  }
+  MPI_Finalize();
+  g_active = false;
+}
+
+void abort_all(std::string_view message, int code) {
+  std::fflush(stdout);
+  if (!g_active) {
+    std::fprintf(stderr, "sinkq: error: %.*s\n", int(message.size()), message.data());
+    std::exit(code);
+  }
+  std::fprintf(stderr, "sinkq (rank %d of %d): error: %.*s\n", g_rank, g_size, int(message.size()), message.data());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
+
+void send(const void* data, size_t bytes, int dest, int tag, std::string_view what) {
+  const char* p = static_cast<const char*>(data);
+  do {
+    const size_t n = std::min(bytes, kPiece);
+    MPI_Request req;
+    MPI_Isend(p, int(n), MPI_BYTE, dest, tag, MPI_COMM_WORLD, &req);
+    wait(req, what, "sending", dest);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+}
+
+void recv(void* data, size_t bytes, int src, int tag, std::string_view what) {
+  char* p = static_cast<char*>(data);
+  do {
+    const size_t n = std::min(bytes, kPiece);
+    MPI_Request req;
+    MPI_Irecv(p, int(n), MPI_BYTE, src, tag, MPI_COMM_WORLD, &req);
+    wait(req, what, "receiving", src);
+    p += n;
+    bytes -= n;
+  } while (bytes > 0);
+}
+
+bool waiting(int src, int tag) {
+  int flag = 0;
+  MPI_Iprobe(src, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+  return flag != 0;
+}
+
+}  // namespace sinkq::dist

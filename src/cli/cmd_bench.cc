@@ -47,6 +47,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "dist/mpi.h"
 #include "core/error.h"
 #include "formats/quantizer.h"
 #include "kernels/cpu_features.h"
@@ -273,14 +274,22 @@ void register_bench(CLI::App& app) {
     // -m may be a sinkq artifact: it is timed as it runs (packed linears and KV cache, online
     // rotations, its prefix in front); it is already quantized, so --quant / --sim-preset do not apply.
     std::shared_ptr<const Engine> art;
-    if (!o->model.empty() && runtime::is_artifact(o->model)) {
+    // Under mpirun (dist/pipeline.h): -m's stages over the ranks, timed end to end on rank 0.
+    const bool pipeline = dist::active();
+    if (pipeline)
+      SINKQ_CHECK(!o->model.empty() && o->random.empty() && choices.empty() && o->sim_preset.empty(),
+                  "under mpirun, bench times -m MODEL|ARTIFACT through the pipeline: --random, --quant and "
+                  "--sim-preset run in one process");
+    if (pipeline || (!o->model.empty() && runtime::is_artifact(o->model))) {
       SINKQ_CHECK(choices.empty() && o->sim_preset.empty(),
                   "-m {} is a sinkq artifact (already quantized): --quant and --sim-preset apply to a model directory "
                   "or --random; bench the artifact alone, or its source model with --quant",
                   o->model);
-      art = Engine::open(o->model);
+      art = Engine::open(o->model);  // under mpirun: the ranks after the first serve their stage from here
       model = art->model();
       name = art->describe();
+      if (pipeline) name += fmt::format(" (pipeline of {} ranks, rank 0 holds layers [{}, {}))", dist::size(),
+                                        model->stage().begin, model->stage().end);
     } else if (!o->random.empty()) {
       const std::optional<DType> dt = o->dtype == "f32" ? DType::F32 : o->dtype == "bf16" ? DType::BF16 :
                                       o->dtype == "f16" ? std::optional(DType::F16) : std::nullopt;
@@ -306,7 +315,7 @@ void register_bench(CLI::App& app) {
     std::fprintf(stderr, "bench: fp32: timing\n");
     const Timing base = run(fwd, work);
     Timing hooked;
-    if (!o->no_hook_probe) {
+    if (!o->no_hook_probe && !pipeline) {  // (the hooks of rank 0's stage alone would say little)
       std::vector<int> probe;  // only these go again: an artifact's rotation hooks stay
       for (int s = 0; s < int(Site::Logits); ++s) probe.push_back(fwd.hooks().add(Site(s), -1, [](SiteView&) {}));
       hooked = run(fwd, work);
@@ -415,6 +424,8 @@ void register_bench(CLI::App& app) {
         {"decode_bandwidth_fraction", measured > 0 ? achieved / measured : 0},
         {"hooked_prefill_tokens_per_s", hooked.prefill_tps}, {"hooked_decode_tokens_per_s", hooked.decode_tps},
         {"kv_cache_bytes", fwd.kv_bytes()}, {"artifact", art != nullptr}, {"peak_rss_bytes", peak_rss}};
+    if (pipeline)  // decode_weight_bytes, kv_cache_bytes and peak_rss_bytes are then rank 0's
+      j["pipeline"] = {{"ranks", dist::size()}, {"rank0_layers", {model->stage().begin, model->stage().end}}};
     if (!o->sim_preset.empty())
       j["simulator"] = {{"preset", o->sim_preset}, {"config", sim_desc}, {"prefill_tokens_per_s", sim.prefill_tps},
                         {"decode_tokens_per_s", sim.decode_tps}};
@@ -451,9 +462,10 @@ void register_bench(CLI::App& app) {
     fmt::print("prefill {:>5} tokens: {:10.1f} tok/s (median of {})\n", o->prefill, base.prefill_tps, o->reps);
     fmt::print("decode  {:>5} tokens: {:10.2f} tok/s  {:.2f} ms/token (median)\n", o->decode, base.decode_tps,
                base.decode_ms);
-    fmt::print("decode bandwidth: {:.1f} GB/s achieved ({:.1f} MB weights/token) vs {:.1f} GB/s measured read = {:.0f}%\n",
-               achieved, double(wbytes) / 1e6, measured, measured > 0 ? 100 * achieved / measured : 0.0);
-    if (!o->no_hook_probe)
+    fmt::print("decode bandwidth: {:.1f} GB/s achieved ({:.1f} MB weights/token{}) vs {:.1f} GB/s measured read = {:.0f}%\n",
+               achieved, double(wbytes) / 1e6, pipeline ? " of rank 0's stage" : "", measured,
+               measured > 0 ? 100 * achieved / measured : 0.0);
+    if (!o->no_hook_probe && !pipeline)
       fmt::print("no-op observer at every site: prefill x{:.3f}, decode x{:.3f} of the unhooked speed\n",
                  hooked.prefill_tps / base.prefill_tps, o->decode ? hooked.decode_tps / base.decode_tps : 1.0);
     if (!o->sim_preset.empty())

@@ -72,6 +72,18 @@ void wait(MPI_Request& req, std::string_view what, const char* dir, int peer) {
 
 constexpr size_t kPiece = size_t(1) << 30;
 
+// VmHWM of /proc/self/status in bytes (0 when unreadable).
+int64_t peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return 0;
+  char line[256];
+  long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+  std::fclose(f);
+  return int64_t(kb) * 1024;
+}
+
 }  // namespace
 
 void init(int argc, char** argv) {
@@ -133,6 +145,9 @@ double timeout_seconds() {
 
 void finish() {
   if (!g_active) return;
+  // Each rank's share of the model and its peak memory (docs/scale.md), on stderr.
+  std::fprintf(stderr, "sinkq (rank %d of %d): %s, peak RSS %.1f MiB\n", g_rank, g_size, stage_report().c_str(),
+               double(peak_rss()) / (1 << 20));
   if (g_rank == 0) {
     try {
       stop_workers();

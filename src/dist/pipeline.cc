@@ -124,10 +124,23 @@ std::vector<LayerRange> partition_layers(const LayerBytes& b, int ranks) {
   return out;
 }
 
+namespace {
+std::string g_stage = "no stage";
+}  // namespace
+
 LayerRange stage_of(const std::string& path) {
   if (!active()) return LayerRange::all();
-  return partition_layers(layer_bytes(path), size())[size_t(rank())];
+  const LayerBytes b = layer_bytes(path);
+  const std::vector<LayerRange> stages = partition_layers(b, size());
+  const LayerRange& mine = stages[size_t(rank())];
+  int64_t bytes = b.layers.empty() ? 0 : (rank() == 0 ? b.first : 0) + (rank() == size() - 1 ? b.last : 0);
+  for (int l = mine.begin; l < mine.end; ++l) bytes += b.layers[size_t(l)];
+  g_stage = fmt::format("layers [{}, {}) of {}, {:.1f} MiB of weights", mine.begin, mine.end, b.layers.size(),
+                        double(bytes) / (1 << 20));
+  return mine;
 }
+
+std::string stage_report() { return g_stage; }
 
 // ---- rank 0 ----
 

@@ -60,5 +60,7 @@ PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, co
 
 // Rank 0 at the end of the job (finish()): tells every other rank to stop.
 void stop_workers();
+// "layers [b, e) of L" for this rank's stage (stage_of), or "no stage" before one was chosen.
+std::string stage_report();
 
 }  // namespace sinkq::dist

@@ -26,7 +26,7 @@ void put_bits(uint8_t* row, int64_t index, int bits, uint32_t code) {
 }  // namespace
 
 CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacity, std::vector<nuq::Codec> ck,
-                                 std::vector<nuq::Codec> cv)
+                                 std::vector<nuq::Codec> cv, int held_begin, int held_end)
     : layers_(num_layers), kv_dim_(kv_dim), capacity_(capacity) {
   SINKQ_CHECK(num_layers >= 1 && kv_dim >= 1 && capacity >= 1, "codebook KV: {} layers, kv_dim {}, capacity {}",
               num_layers, kv_dim, capacity);
@@ -39,6 +39,7 @@ CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacit
               "codebook KV: {} levels; packed codebooks are 2, 3 or 4 bits (4, 8 or 16 levels)", n_levels);
   row_bytes_ = (kv_dim * bits_ + 7) / 8;
   for (int l = 0; l < num_layers; ++l) {
+    const int64_t rows = l >= held_begin && (held_end < 0 || l < held_end) ? capacity : 0;
     for (nuq::Codec* c : {&ck[size_t(l)], &cv[size_t(l)]}) {
       SINKQ_CHECK(c->levels.size() == n_levels, "codebook KV: layer {} has {} levels, layer 0 {}", l, c->levels.size(),
                   n_levels);
@@ -46,9 +47,9 @@ CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacit
                   "codebook KV: layer {}'s channel ranges are for {} channels, kv_dim is {}", l, c->lo.size(), kv_dim);
       Part p;
       p.codec = std::move(*c);
-      p.codes.assign(size_t(capacity * row_bytes_ + detail::kCodeSlack), 0);
+      p.codes.assign(size_t(rows * row_bytes_ + detail::kCodeSlack), 0);
       if (!p.codec.per_channel) {
-        p.sz.assign(size_t(2 * capacity), 0.0f);
+        p.sz.assign(size_t(2 * rows), 0.0f);
       } else {
         p.ch_scale.assign(size_t(kv_dim + 16), 0.0f);
         p.ch_zero.assign(size_t(kv_dim + 16), 0.0f);
@@ -60,7 +61,7 @@ CodebookKvCache::CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacit
       }
       p.levels.assign(16, 0.0f);
       std::copy(p.codec.levels.begin(), p.codec.levels.end(), p.levels.begin());
-      p.row_ptr.assign(size_t(capacity) + 1, 0);
+      p.row_ptr.assign(size_t(rows) + 1, 0);
       parts_.push_back(std::move(p));
     }
   }

@@ -78,8 +78,9 @@ class CodebookKvCache {
  public:
   // codecs_k / codecs_v: one per layer (bits = log2 of their level count, 2..4; channel codecs with
   // kv_dim ranges). Throws sinkq::Error when they do not fit.
+  // Only layers [held_begin, held_end) (held_end < 0: to the last) hold rows (a pipeline stage).
   CodebookKvCache(int num_layers, int64_t kv_dim, int64_t capacity, std::vector<formats::nuq::Codec> codecs_k,
-                  std::vector<formats::nuq::Codec> codecs_v);
+                  std::vector<formats::nuq::Codec> codecs_v, int held_begin = 0, int held_end = -1);
 
   int num_layers() const { return layers_; }
   int64_t kv_dim() const { return kv_dim_; }

@@ -58,7 +58,8 @@ void check_static(const FormatDesc& t, const quant::Params& p, int kv_heads, int
 }  // namespace
 
 PackedKvCache::PackedKvCache(PackedFormat format, int num_layers, int kv_heads, int head_dim, int64_t capacity,
-                             std::vector<quant::Params> static_k, std::vector<quant::Params> static_v)
+                             std::vector<quant::Params> static_k, std::vector<quant::Params> static_v,
+                             int held_begin, int held_end)
     : format_(format), layers_(num_layers), kv_heads_(kv_heads), head_dim_(head_dim), capacity_(capacity) {
   const FormatDesc& t = kv_traits(format);
   SINKQ_CHECK(num_layers > 0 && kv_heads > 0 && head_dim > 0 && capacity >= 0,
@@ -80,12 +81,13 @@ PackedKvCache::PackedKvCache(PackedFormat format, int num_layers, int kv_heads, 
                 "packed KV: dynamic format {} takes no static params (scales come from every stored row)", t.name);
   }
   const int64_t rb = kv_row_bytes(t, kv_dim());
-  const int64_t np = kv_param_count(t, kv_heads, capacity);
   parts_.resize(size_t(2 * num_layers));
   for (int l = 0; l < num_layers; ++l) {
+    const int64_t rows = l >= held_begin && (held_end < 0 || l < held_end) ? capacity : 0;
+    const int64_t np = kv_param_count(t, kv_heads, rows);
     for (int v = 0; v < 2; ++v) {
       Part& p = parts_[size_t(2 * l + v)];
-      p.codes.assign(size_t(capacity * rb), 0);
+      p.codes.assign(size_t(rows * rb), 0);
       if (is_static(t)) {
         const quant::Params& sp = v ? static_v[size_t(l)] : static_k[size_t(l)];
         check_static(t, sp, kv_heads, head_dim, l, v ? "V" : "K");

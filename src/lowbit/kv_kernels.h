@@ -50,8 +50,11 @@ class PackedKvCache {
   // calibrated params of every layer's K and V (quant::Params of kv_spec(format, head_dim)'s
   // granularity over kv_heads·head_dim columns, bits and symmetry of the format). Throws
   // sinkq::Error for a non-KV format, int4 with an odd head_dim, or params that do not fit.
+  // Only layers [held_begin, held_end) (held_end < 0: to the last) hold rows: a pipeline stage
+  // (dist/pipeline.h) keeps its own layers' KV; the others have capacity 0 and are never used.
   PackedKvCache(PackedFormat format, int num_layers, int kv_heads, int head_dim, int64_t capacity,
-                std::vector<quant::Params> static_k = {}, std::vector<quant::Params> static_v = {});
+                std::vector<quant::Params> static_k = {}, std::vector<quant::Params> static_v = {},
+                int held_begin = 0, int held_end = -1);
 
   PackedFormat format() const { return format_; }
   const FormatDesc& info() const { return kv_traits(format_); }

@@ -63,7 +63,7 @@ lowbit::PackedFormat kv_format(const KvScheme& s) {
 
 namespace {
 
-lowbit::PackedKvCache make_cache(const ModelConfig& c, int64_t capacity, const KvScheme& s) {
+lowbit::PackedKvCache make_cache(const ModelConfig& c, int64_t capacity, const KvScheme& s, LayerRange held) {
   const lowbit::PackedFormat f = kv_format(s);
   const lowbit::FormatDesc& t = lowbit::kv_traits(f);
   std::vector<quant::Params> pk, pv;
@@ -92,13 +92,14 @@ lowbit::PackedKvCache make_cache(const ModelConfig& c, int64_t capacity, const K
       }
     }
   }
-  return lowbit::PackedKvCache(f, c.num_layers, c.num_kv_heads, c.head_dim, capacity, std::move(pk), std::move(pv));
+  return lowbit::PackedKvCache(f, c.num_layers, c.num_kv_heads, c.head_dim, capacity, std::move(pk), std::move(pv),
+                               held.begin, held.end_of(c.num_layers));
 }
 
 }  // namespace
 
-PackedKvStore::PackedKvStore(const ModelConfig& c, int64_t capacity, const KvScheme& s)
-    : cache_(make_cache(c, capacity, s)), describe_(s.describe()) {}
+PackedKvStore::PackedKvStore(const ModelConfig& c, int64_t capacity, const KvScheme& s, LayerRange held)
+    : cache_(make_cache(c, capacity, s, held)), describe_(s.describe()) {}
 
 void PackedKvStore::write(int layer, int64_t row0, const float* k, const float* v, int64_t T) {
   cache_.store(layer, row0, k, v, T);
@@ -117,7 +118,8 @@ void PackedKvStore::attention(int layer, const AttnShape& s, const float* q, con
 }
 
 void attach_packed_kv(Forward& fwd, const KvScheme& scheme) {
-  fwd.set_kv_store(std::make_unique<PackedKvStore>(fwd.model().config(), fwd.body_capacity(), scheme));
+  fwd.set_kv_store(
+      std::make_unique<PackedKvStore>(fwd.model().config(), fwd.body_capacity(), scheme, fwd.model().stage()));
 }
 
 CodebookKvScheme CodebookKvScheme::from_sim(const quant::SimModel& sm) {
@@ -130,16 +132,18 @@ CodebookKvScheme CodebookKvScheme::from_sim(const quant::SimModel& sm) {
   return s;
 }
 
-lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s) {
+lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s,
+                                       LayerRange held) {
   SINKQ_CHECK(int(s.layers.size()) == c.num_layers, "codebook KV: quantizers for {} layers, the model has {}",
               s.layers.size(), c.num_layers);
   std::vector<formats::nuq::Codec> k, v;
   for (const quant::KvQuantLayer& l : s.layers) k.push_back(l.k), v.push_back(l.v);
-  return lowbit::CodebookKvCache(c.num_layers, c.kv_dim(), capacity, std::move(k), std::move(v));
+  return lowbit::CodebookKvCache(c.num_layers, c.kv_dim(), capacity, std::move(k), std::move(v), held.begin,
+                                 held.end_of(c.num_layers));
 }
 
 CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s)
-    : cache_(codebook_cache(m.config(), capacity, s)),
+    : cache_(codebook_cache(m.config(), capacity, s, m.stage())),
       rope_(&m.rope()),
       kv_heads_(m.config().num_kv_heads),
       head_dim_(m.config().head_dim),

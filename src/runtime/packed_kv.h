@@ -59,7 +59,8 @@ lowbit::PackedFormat kv_format(const KvScheme& s);
 class PackedKvStore final : public KvStore {
  public:
   // A body of `capacity` rows for model config `c` (throws sinkq::Error as described above).
-  PackedKvStore(const ModelConfig& c, int64_t capacity, const KvScheme& s);
+  // `held`: the layers whose rows it keeps (a pipeline stage's, Model::stage(); default all).
+  PackedKvStore(const ModelConfig& c, int64_t capacity, const KvScheme& s, LayerRange held = {});
 
   int num_layers() const override { return cache_.num_layers(); }
   int64_t kv_dim() const override { return cache_.kv_dim(); }
@@ -110,7 +111,8 @@ struct CodebookKvScheme {
 };
 
 // The packed body of a scheme for model config `c` (throws when the quantizers do not fit it).
-lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s);
+lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, const CodebookKvScheme& s,
+                                       LayerRange held = {});
 
 class CodebookKvStore final : public KvStore {
  public:

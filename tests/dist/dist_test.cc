@@ -1,0 +1,432 @@
+// tests/dist — MPI pipeline parallelism (src/dist, issue 21): the layer partition, stage loading,
+// a chain of stages in one process equal to the whole model bit for bit, and `mpirun -np 1/2/3
+// --oversubscribe sinkq ...` against the one-process run (results bit-identical; faults end the job
+// with an error, never a hang).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/mmap.h"
+#include "dist/pipeline.h"
+#include "model/model.h"
+#include "runtime/artifact.h"
+#include "runtime/quantized_model.h"
+#include "sinkq/engine.h"
+#include "util/testutil.h"
+
+namespace sinkq {
+namespace {
+
+using testing::shared_dir;
+
+std::string smollm2() { return shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf"; }
+std::string mixtext() { return shared_dir() + "/models/mixtext-2.5M"; }
+
+// ---- the partition ----
+
+// The largest stage of a partition (the DP's objective).
+int64_t largest(const dist::LayerBytes& b, const std::vector<LayerRange>& p) {
+  int64_t worst = 0;
+  for (size_t s = 0; s < p.size(); ++s) {
+    int64_t bytes = (s == 0 ? b.first : 0) + (s + 1 == p.size() ? b.last : 0);
+    for (int l = p[s].begin; l < p[s].end; ++l) bytes += b.layers[size_t(l)];
+    worst = std::max(worst, bytes);
+  }
+  return worst;
+}
+
+// Every contiguous split into `ranks` non-empty stages, by brute force: the least largest stage.
+int64_t brute_force(const dist::LayerBytes& b, int ranks) {
+  const int L = int(b.layers.size());
+  int64_t best = INT64_MAX;
+  std::vector<int> cut(size_t(ranks) + 1);
+  std::function<void(int, int)> go = [&](int s, int begin) {
+    if (s == ranks - 1) {
+      std::vector<LayerRange> p;
+      cut[size_t(s)] = begin;
+      cut[size_t(ranks)] = L;
+      for (int i = 0; i < ranks; ++i) p.push_back({cut[size_t(i)], cut[size_t(i) + 1]});
+      best = std::min(best, largest(b, p));
+      return;
+    }
+    cut[size_t(s)] = begin;
+    for (int end = begin + 1; end <= L - (ranks - 1 - s); ++end) {
+      cut[size_t(s) + 1] = end;
+      go(s + 1, end);
+    }
+  };
+  go(0, 0);
+  return best;
+}
+
+TEST(Partition, ContiguousNonEmptyAndOptimal) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    dist::LayerBytes b;
+    const int L = 1 + int(rng() % 9);
+    for (int l = 0; l < L; ++l) b.layers.push_back(1 + int64_t(rng() % 1000));
+    b.first = int64_t(rng() % 3000);
+    b.last = int64_t(rng() % 3000);
+    for (int ranks = 1; ranks <= L; ++ranks) {
+      const std::vector<LayerRange> p = dist::partition_layers(b, ranks);
+      ASSERT_EQ(int(p.size()), ranks);
+      EXPECT_EQ(p.front().begin, 0);
+      EXPECT_EQ(p.back().end, L);
+      for (int s = 0; s < ranks; ++s) {
+        EXPECT_LT(p[size_t(s)].begin, p[size_t(s)].end) << "stage " << s << " is empty";
+        if (s) EXPECT_EQ(p[size_t(s)].begin, p[size_t(s) - 1].end);
+      }
+      EXPECT_EQ(largest(b, p), brute_force(b, ranks)) << "L " << L << " ranks " << ranks;
+    }
+  }
+}
+
+TEST(Partition, MoreRanksThanLayersIsAnError) {
+  dist::LayerBytes b;
+  b.layers = {1, 2, 3};
+  try {
+    dist::partition_layers(b, 4);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mpirun -np 4: the model has 3 layers"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Partition, OfTheFilesHeaders) {
+  // SmolLM2's GGUF: 30 equal layers, as the fp32 they are dequantized to; the tied table at both ends.
+  const dist::LayerBytes g = dist::layer_bytes(smollm2());
+  ASSERT_EQ(g.layers.size(), 30u);
+  const int64_t H = 576, I = 1536, V = 49152, KV = 3 * 64;
+  const int64_t layer = 4 * (2 * H + H * H * 2 + 2 * KV * H + 3 * H * I);  // norms, q/o, k/v, MLP
+  for (int64_t b : g.layers) EXPECT_EQ(b, layer);
+  EXPECT_EQ(g.first, 4 * V * H);
+  EXPECT_EQ(g.last, 4 * V * H + 4 * H);  // + the final norm
+  const std::vector<LayerRange> p = dist::partition_layers(g, 2);
+  EXPECT_EQ(p[0].end, 15);  // symmetric ends: the middle
+}
+
+// ---- stages in one process ----
+
+// The later stages of a chain, in this process: what the MPI link does, without MPI.
+struct ChainLink final : StageLink {
+  std::vector<Forward*> later;
+  void forward(std::span<const int32_t> tokens, int64_t body_past, const float* x, int64_t first_row,
+               float* logits_out) override {
+    const int64_t H = later[0]->model().config().hidden_size;
+    std::vector<float> buf(x, x + int64_t(tokens.size()) * H);
+    for (size_t i = 0; i < later.size(); ++i) {
+      Forward& f = *later[i];
+      if (body_past == 0) f.reset();
+      else if (body_past < f.body_size()) f.truncate(body_past);
+      f.run_stage(tokens, buf.data(), first_row, i + 1 == later.size() ? logits_out : nullptr);
+    }
+  }
+};
+
+// Prefill (several chunks), decode steps, a rewind and a re-step: the chain's logits equal the whole
+// model's bit for bit (the same per-layer code on the same chunks).
+void expect_chain_equals_whole(const std::function<std::shared_ptr<const Model>(LayerRange)>& load,
+                               const std::function<void(Forward&)>& prepare, const std::vector<int>& cuts) {
+  const std::shared_ptr<const Model> whole = load(LayerRange::all());
+  const int L = whole->config().num_layers;
+  const int64_t V = whole->config().vocab_size;
+  std::vector<std::shared_ptr<const Model>> stages;
+  std::vector<std::unique_ptr<Forward>> fwds;
+  for (size_t s = 0; s + 1 < cuts.size(); ++s) {
+    stages.push_back(load(LayerRange{cuts[s], cuts[s + 1]}));
+    fwds.push_back(std::make_unique<Forward>(stages.back(), 64, /*max_batch=*/16));
+    prepare(*fwds.back());
+  }
+  auto link = std::make_shared<ChainLink>();
+  for (size_t s = 1; s < fwds.size(); ++s) link->later.push_back(fwds[s].get());
+  fwds[0]->set_link(link);
+  Forward ref(whole, 64, 16);
+  prepare(ref);
+  std::vector<int32_t> prompt(37);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % uint64_t(V));
+  auto same = [&](std::span<const float> a, std::span<const float> b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what << ": logits differ";
+  };
+  same(fwds[0]->step(prompt, true), ref.step(prompt, true), "prefill (3 chunks of <= 16)");
+  for (int32_t t : {5, 17, 99}) {
+    const int32_t id = t % int32_t(V);
+    same(fwds[0]->step(std::span(&id, 1), false), ref.step(std::span(&id, 1), false), "decode");
+  }
+  if (ref.rewindable()) {
+    fwds[0]->truncate(20);
+    ref.truncate(20);
+    same(fwds[0]->step(std::span(prompt).subspan(3, 9), true), ref.step(std::span(prompt).subspan(3, 9), true),
+         "after a rewind");
+  }
+  fwds[0]->reset();
+  ref.reset();
+  same(fwds[0]->step(std::span(prompt).first(11), false), ref.step(std::span(prompt).first(11), false),
+       "a new sequence");
+  // Each stage holds its own layers' KV rows only.
+  EXPECT_LT(fwds[1]->kv_bytes(), ref.kv_bytes());
+  (void)L;
+}
+
+TEST(Stage, LoadsOnlyItsLayers) {
+  const std::shared_ptr<const Model> whole = Model::load(smollm2());
+  const std::shared_ptr<const Model> mid = Model::load(smollm2(), LayerRange{10, 20});
+  EXPECT_FALSE(mid->whole());
+  EXPECT_EQ(mid->stage().begin, 10);
+  EXPECT_EQ(mid->stage().end, 20);
+  const ModelWeights& w = mid->weights();
+  EXPECT_EQ(w.embed.data, nullptr);
+  EXPECT_EQ(w.final_norm, nullptr);
+  for (int l = 0; l < 30; ++l) {
+    const bool held = l >= 10 && l < 20;
+    EXPECT_EQ(w.layers[size_t(l)].wq.data != nullptr, held) << "layer " << l;
+    EXPECT_EQ(w.layers[size_t(l)].attn_norm != nullptr, held) << "layer " << l;
+    EXPECT_EQ(w.layers[size_t(l)].w_down.rows, whole->weights().layers[size_t(l)].w_down.rows);  // shapes: all
+  }
+  const Mat& a = w.layers[12].w_gate;
+  const Mat& b = whole->weights().layers[12].w_gate;
+  ASSERT_EQ(a.dtype, b.dtype);
+  EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.rows * a.cols) * dtype_size(a.dtype)), 0);
+  EXPECT_EQ(mid->decode_weight_bytes() * 3, whole->decode_weight_bytes() - whole->weights().lm_head.rows *
+                                                                              whole->weights().lm_head.cols * 4 * 1)
+      << "a third of the layers, no head";
+  // The last stage of a tied model holds the table (its LM head), the first the embeddings.
+  const std::shared_ptr<const Model> last = Model::load(smollm2(), LayerRange{25, 30});
+  EXPECT_NE(last->weights().lm_head.data, nullptr);
+  EXPECT_NE(last->weights().final_norm, nullptr);
+  // A stage runs only as part of a pipeline.
+  Forward lone(mid, 8);
+  const int32_t id = 1;
+  EXPECT_THROW(lone.step(std::span(&id, 1), false), Error);
+  EXPECT_THROW(Model::load(smollm2(), LayerRange{20, 10}), Error);
+  EXPECT_THROW(Model::load(smollm2(), LayerRange{0, 31}), Error);
+}
+
+TEST(Stage, ChainOfStagesEqualsTheWholeModel) {
+  // The fp32 model of the GGUF file (dequantized per stage) and an HF directory.
+  expect_chain_equals_whole([](LayerRange r) { return Model::load(smollm2(), r); }, [](Forward&) {}, {0, 7, 19, 30});
+  expect_chain_equals_whole([](LayerRange r) { return Model::load(mixtext(), r); }, [](Forward&) {}, {0, 1, 6});
+}
+
+TEST(Stage, ChainOfArtifactStagesEqualsTheWholeArtifact) {
+  // Packed artifacts: W4A8 + KV4 + a [BOS] prefix + the int4 head; W8A8 + static KV8 (calibrated).
+  testing::TempDir tmp;
+  quant::Recipe a = quant::Recipe::from_preset("w4a8kv4");
+  a.prefix.spec = "bos";
+  a.head.bits = 4;
+  a.head.group = 32;
+  quant::Recipe b = quant::Recipe::from_preset("w8a8kv8");
+  b.kv.mode = quant::KvMode::Static;
+  b.calib.file = shared_dir() + "/data/wikitext-2/wiki.valid.tokens";
+  b.calib.samples = 2;
+  b.calib.len = 64;
+  int n = 0;
+  for (const quant::Recipe& r : {a, b}) {
+    const std::string out = tmp.file("art" + std::to_string(n++));
+    quantize_artifact(mixtext(), out, r);
+    std::vector<std::shared_ptr<const runtime::QuantizedModel>> keep;
+    expect_chain_equals_whole(
+        [&](LayerRange range) {
+          keep.push_back(std::make_shared<const runtime::QuantizedModel>(runtime::load_artifact(out, range)));
+          return keep.back()->model;
+        },
+        [&](Forward& f) {
+          for (const auto& q : keep)
+            if (q->model.get() == &f.model()) q->attach(f);
+        },
+        {0, 2, 3, 6});
+  }
+}
+
+// ---- mpirun ----
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\'') q.append("'\\''");
+    else q.push_back(c);
+  }
+  return q + "'";
+}
+
+struct JobRun {
+  int rc = -1;
+  std::string out, err;
+};
+
+// `mpirun -np N --oversubscribe sinkq args` (np 0: sinkq alone), 1 thread per rank, bounded by
+// `timeout` so that a hang fails the test instead of the suite. OpenMPI refuses root unless told.
+std::string mpi_prefix(int np) {
+  return np == 0 ? std::string()
+                 : "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
+                   "mpirun --oversubscribe -np " + std::to_string(np) + " ";
+}
+std::string sinkq_cmd(const std::vector<std::string>& args) {
+  std::string cmd = quote(SINKQ_BINARY);
+  for (const auto& a : args) {
+    cmd.push_back(' ');
+    cmd += quote(a);
+  }
+  return cmd;
+}
+JobRun run_shell(const std::string& line, int timeout_s = 240) {
+  testing::TempDir tmp;
+  const std::string cmd = "timeout -k 5 " + std::to_string(timeout_s) + " sh -c " + quote(line) + " >" +
+                          tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
+  const int st = std::system(cmd.c_str());
+  JobRun r;
+  r.rc = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.out = read_file(tmp.file("out"));
+  r.err = read_file(tmp.file("err"));
+  return r;
+}
+JobRun run(int np, const std::vector<std::string>& args, const std::string& env = "") {
+  return run_shell(env + " " + mpi_prefix(np) + sinkq_cmd(args));
+}
+
+std::vector<std::string> ppl_args(const std::string& model, int64_t ctx, int windows) {
+  return {"ppl", "-m", model, "-f", shared_dir() + "/data/wikitext-2/wiki.test.tokens", "--ctx", std::to_string(ctx),
+          "--max-windows", std::to_string(windows), "--threads", "1", "--json"};
+}
+
+// The figures of a ppl --json run, printed exactly (doubles round-trip through JSON's 17 digits).
+std::string ppl_figures(const JobRun& r) {
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  if (!j.is_object() || !j.contains("window_nll")) return "no JSON: " + r.err;
+  return j["mean_nll"].dump() + " " + j["window_nll"].dump() + " " + j["tokens_scored"].dump();
+}
+
+TEST(Mpirun, PerplexityIsBitIdenticalForOneTwoAndThreeRanks) {
+  ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "mpirun (openmpi-bin) is not installed";
+  testing::TempDir tmp;
+  const std::string art = tmp.file("w4a8kv4-bos-head4");
+  const JobRun q = run(0, {"quantize", "-m", smollm2(), "--preset", "w4a8kv4", "--prefix", "bos", "--head-bits", "4",
+                        "-o", art});
+  ASSERT_EQ(q.rc, 0) << q.err;
+  // SmolLM2 at full precision (ctx 200 over 2 chunks of 128 rows is not needed: ppl keeps max_batch 512),
+  // mixtext, and the packed artifact with its prefix; 5 windows so the pipeline holds several at once.
+  for (const auto& [model, ctx] : {std::pair{smollm2(), 128}, std::pair{mixtext(), 96}, std::pair{art, 128}}) {
+    const std::string one = ppl_figures(run(0, ppl_args(model, ctx, 5)));
+    ASSERT_EQ(one.rfind("no JSON", 0), std::string::npos) << one;
+    for (int np : {1, 2, 3}) {
+      const JobRun r = run(np, ppl_args(model, ctx, 5));
+      EXPECT_EQ(r.rc, 0) << r.err;
+      EXPECT_EQ(ppl_figures(r), one) << model << " -np " << np;
+      if (np > 1) EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),
+                            std::string::npos) << r.err;
+    }
+  }
+}
+
+TEST(Mpirun, GenerateAndBenchRunThroughThePipeline) {
+  const std::vector<std::string> gen = {"generate", "-m", smollm2(), "-p", "The capital of France is", "-n", "16",
+                                        "--threads", "1"};
+  const JobRun one = run(0, gen);
+  ASSERT_EQ(one.rc, 0) << one.err;
+  const JobRun three = run(3, gen);
+  EXPECT_EQ(three.rc, 0) << three.err;
+  EXPECT_EQ(three.out, one.out) << "greedy text differs";
+  const JobRun b = run(2, {"bench", "-m", mixtext(), "--prefill", "32", "--decode", "8", "--reps", "1", "--threads", "1",
+                        "--bw-probe-mib", "16", "--json"});
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const nlohmann::json j = nlohmann::json::parse(b.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << b.out << b.err;
+  EXPECT_EQ(j["pipeline"]["ranks"], 2);
+  EXPECT_GT(j["decode_tokens_per_s"].get<double>(), 0);
+}
+
+TEST(Mpirun, MismatchedLaunchesEndEveryRankWithAnError) {
+  // More ranks than layers (mixtext has 6).
+  JobRun r = run(7, ppl_args(mixtext(), 64, 1));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("mpirun -np 7: the model has 6 layers"), std::string::npos) << r.err;
+  // Two ranks with different arguments (an MPMD launch).
+  r = run_shell(mpi_prefix(1) + sinkq_cmd(ppl_args(mixtext(), 64, 1)) + " : -np 1 " +
+                sinkq_cmd(ppl_args(mixtext(), 64, 2)));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("rank 1 runs another binary or other arguments than rank 0"), std::string::npos) << r.err;
+  // A command that does not run over ranks.
+  r = run(2, {"inspect", "-m", mixtext()});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("sinkq inspect does not run under mpirun -np 2"), std::string::npos) << r.err;
+  // A recipe that needs the whole model.
+  r = run(2, {"ppl", "-m", mixtext(), "-f", shared_dir() + "/data/wikitext-2/wiki.test.tokens", "--preset", "w8a8"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("quantize it first"), std::string::npos) << r.err;
+}
+
+// The pid of rank `rank` of a running mpirun job of this binary (its environment names the rank).
+pid_t find_rank(int rank) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path() / "exe", ec).string() != std::filesystem::canonical(SINKQ_BINARY, ec).string())
+      continue;
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    const std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    if (all.find(want + '\0') != std::string::npos || all.find('\0' + want) != std::string::npos) return pid_t(std::stoi(name));
+  }
+  return -1;
+}
+
+// Runs a long job, does `to_rank1` to rank 1 once it computes, and expects the job to end with an
+// error within `bound` seconds.
+void expect_job_ends(int sig, const std::string& env, const std::string& needle, int bound) {
+  testing::TempDir tmp;
+  const std::string cmd = env + " " + mpi_prefix(2) + sinkq_cmd(ppl_args(smollm2(), 256, 200)) + " >" +
+                          tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
+  const pid_t job = fork();
+  ASSERT_GE(job, 0);
+  if (job == 0) {
+    setpgid(0, 0);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  pid_t victim = -1;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (victim < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // once its first window has started: rank 0 printed progress
+    if (read_file(tmp.file("err")).find("ppl: window 1/") != std::string::npos) victim = find_rank(1);
+  }
+  ASSERT_GT(victim, 0) << "rank 1 not found: " << read_file(tmp.file("err"));
+  kill(victim, sig);
+  int st = 0;
+  pid_t done = 0;
+  const auto t1 = std::chrono::steady_clock::now();
+  while ((done = waitpid(job, &st, WNOHANG)) == 0 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(bound))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (done == 0) {
+    kill(-job, SIGKILL);
+    kill(victim, SIGKILL);
+    waitpid(job, &st, 0);
+    FAIL() << "the job did not end within " << bound << " s after rank 1 got signal " << sig;
+  }
+  if (sig == SIGSTOP) kill(victim, SIGKILL);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) != 0) << "status " << st;
+  EXPECT_NE(read_file(tmp.file("err")).find(needle), std::string::npos) << read_file(tmp.file("err"));
+}
+
+TEST(Mpirun, ARankThatDiesOrHangsEndsTheJob) {
+  // Killed: mpirun sees it and ends the job.
+  expect_job_ends(SIGKILL, "", "", 60);
+  // Stopped (a hang): rank 0's wait for it times out (SINKQ_MPI_TIMEOUT) and aborts every rank.
+  expect_job_ends(SIGSTOP, "SINKQ_MPI_TIMEOUT=4", "no answer from rank 1 for 4 s", 60);
+}
+
+}  // namespace
+}  // namespace sinkq

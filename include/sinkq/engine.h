@@ -47,6 +47,10 @@ struct OpenOptions {
   quant::PipelineOptions pipeline;  // stderr notes and progress of the calibration
   // The path's tokenizer when the caller already loaded it (Engine::preview's); null: open loads it.
   std::shared_ptr<const Tokenizer> tokenizer;
+  // Under mpirun -np N > 1 (dist/pipeline.h) open loads this rank's stage; then the ranks after the
+  // first serve rank 0's sessions from inside open and never return (true), or every rank returns
+  // its stage for collective work (false: quantize_artifact).
+  bool serve_stages = true;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {
@@ -154,6 +158,9 @@ class Engine : public std::enable_shared_from_this<Engine> {
 // of the embeddings / lm_head: "auto" (the source's when 16-bit, else f16), "f32", "f16", "bf16".
 // `names` spell the options in errors ("--force" / "force=True", "--fp-dtype" / "fp_dtype").
 // Returns the summary `sinkq quantize --json` prints (out, files, bytes, ratio to fp16, seconds).
+// Under mpirun -np N > 1 every rank calibrates nothing it does not hold: each packs its stage,
+// rank 0 writes the one artifact (the others' tensors streamed to it) and returns the summary; the
+// other ranks return null.
 struct QuantizeArtifactOptions {
   std::string fp_dtype = "auto";
   bool force = false;

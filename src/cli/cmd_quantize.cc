@@ -46,6 +46,7 @@ void register_quantize(CLI::App& app) {
     qo.force = o->force;
     qo.pipeline = pipeline_options(*qf, "quantize");
     const nlohmann::json r = quantize_artifact(o->model, o->out, qf->config(), qo);
+    if (r.is_null()) return;  // under mpirun, a rank after the first: rank 0 wrote and reports
     if (o->json) {
       print_json(r);
       return;

@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
       std::string cmd;
       for (int i = 1; i < argc && cmd.empty(); ++i)
         if (argv[i][0] != '-') cmd = argv[i];
-      SINKQ_CHECK(cmd == "ppl" || cmd == "generate" || cmd == "bench",
-                  "sinkq {} does not run under mpirun -np {} (distributed: ppl, generate, bench)", cmd,
+      SINKQ_CHECK(cmd == "ppl" || cmd == "generate" || cmd == "bench" || cmd == "quantize",
+                  "sinkq {} does not run under mpirun -np {} (distributed: ppl, generate, bench, quantize)", cmd,
                   sinkq::dist::size());
     }
     app.parse(argc, argv);

@@ -23,6 +23,7 @@ namespace sinkq::dist {
 namespace {
 
 bool g_active = false;
+bool g_serving = false;
 int g_rank = 0, g_size = 1;
 
 bool launched_by_mpi() {
@@ -148,7 +149,7 @@ void finish() {
   // Each rank's share of the model and its peak memory (docs/scale.md), on stderr.
   std::fprintf(stderr, "sinkq (rank %d of %d): %s, peak RSS %.1f MiB\n", g_rank, g_size, stage_report().c_str(),
                double(peak_rss()) / (1 << 20));
-  if (g_rank == 0) {
+  if (g_rank == 0 && g_serving) {
     try {
       stop_workers();
     } catch (const Error& e) {
@@ -194,6 +195,26 @@ void recv(void* data, size_t bytes, int src, int tag, std::string_view what) {
     bytes -= n;
   } while (bytes > 0);
 }
+
+int64_t sum_over_ranks(int64_t v) {
+  if (!g_active) return v;
+  // Gathered on rank 0, added in rank order, sent back: deterministic, and every wait bounded.
+  if (g_rank > 0) {
+    send(&v, sizeof v, 0, kTagSum, "a partial sum");
+    recv(&v, sizeof v, 0, kTagSum, "a sum");
+    return v;
+  }
+  for (int r = 1; r < g_size; ++r) {
+    int64_t x = 0;
+    recv(&x, sizeof x, r, kTagSum, "a partial sum");
+    v += x;
+  }
+  for (int r = 1; r < g_size; ++r) send(&v, sizeof v, r, kTagSum, "a sum");
+  return v;
+}
+
+void set_serving() { g_serving = true; }
+bool serving() { return g_serving; }
 
 bool waiting(int src, int tag) {
   int flag = 0;

@@ -14,6 +14,14 @@
 
 namespace sinkq::dist {
 
+// The message tags, one list: the pipeline's chunks (pipeline.cc) and the artifact's tensors
+// gathered by rank 0 (engine/quantize.cc).
+enum Tag : int {
+  kTagHeader = 1, kTagIds = 2, kTagX = 3, kTagLogits = 4, kTagScore = 5,  // pipeline stages
+  kTagSpecs = 6, kTagTensor = 7, kTagPrefix = 8,                          // quantize
+  kTagSum = 9,                                                            // sum_over_ranks
+};
+
 // Called once by main() before anything else runs. Under an MPI launcher with more than one rank:
 // MPI_Init_thread (funneled: every MPI call comes from the main thread), then a check that every
 // rank runs the same binary with the same arguments (else every rank fails with an error naming the
@@ -40,5 +48,13 @@ void send(const void* data, size_t bytes, int dest, int tag, std::string_view wh
 void recv(void* data, size_t bytes, int src, int tag, std::string_view what);
 // Whether a message with `tag` from `src` is waiting (MPI_Iprobe).
 bool waiting(int src, int tag);
+// The sum of `v` over every rank, on every rank (collective; v itself without MPI).
+int64_t sum_over_ranks(int64_t v);
+
+// Rank 0 after open (dist::worker serves the other ranks' stages until stop_workers): the ranks
+// after the first serve rank 0's sessions. Without it (a collective command such as quantize) the
+// job ends without a stop message.
+void set_serving();
+bool serving();
 
 }  // namespace sinkq::dist

@@ -23,7 +23,6 @@ namespace {
 // The messages between stages: a fixed header, then for Step the token ids and targets [2T]
 // (int32) and the activations [T, hidden] (fp32); the last stage answers rank 0 with logits or a
 // window's NLL sum. MPI keeps the order of messages between two ranks with one tag.
-enum Tag : int { kTagHeader = 1, kTagIds = 2, kTagX = 3, kTagLogits = 4, kTagScore = 5 };
 enum class Op : int64_t { Step = 1, Close = 2, Stop = 3 };
 enum class Want : int64_t { Nothing = 0, Logits = 1, Score = 2 };
 constexpr int64_t kMagic = 0x73696e6b712d7070;  // "sinkq-pp"

@@ -70,6 +70,8 @@ std::shared_ptr<const Engine> open_stage(const std::string& path, const OpenOpti
   auto e = std::make_shared<Engine>();
   const LayerRange stage = dist::stage_of(path);
   e->open_stage(path, opt, stage);
+  if (!opt.serve_stages) return e;
+  if (dist::rank() == 0) dist::set_serving();
   if (dist::rank() > 0) {
     const std::shared_ptr<const Engine> engine = e;
     dist::worker([engine](int64_t capacity, int64_t max_batch) {
@@ -94,19 +96,20 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
     artifact_json_ = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"));
     if (prefix_) prefix_json_ = artifact_json_.at("recipe").at("prefix");
   } else {
+    // Per-layer steps run on each stage (rotation, round-to-nearest weights, the packed head,
+    // dynamic activations and KV); what needs calibration data or the whole model does not yet.
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
-    SINKQ_CHECK(!r.any() && !r.rotate.on && !r.prefix.requested() && !r.needs_calibration(),
-                "under mpirun, -m {} runs at full precision ({} needs the whole model in one process): quantize it "
-                "first (sinkq quantize, one process) and run the artifact over the ranks", path, r.describe());
+    SINKQ_CHECK(!r.needs_calibration() && !r.kv.vector() && !r.prefix.requested(),
+                "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and run the "
+                "artifact over the ranks", r.needs_calibration() ? r.calibration_needed_by()
+                : r.kv.vector() ? std::string("--kv-codebook") : std::string("--prefix"), r.describe());
     runtime_ = Runtime::Simulated;
-    source_ = model_ = Model::load(path, stage);
+    source_ = Model::load(path, stage);
     tokenizer_ = tokenizer_of(path, opt);
-    recipe_ = r;
-    describe_ = r.describe();
-    auto sim = std::make_shared<quant::Pipeline>();
-    sim->sim.model = model_;
-    sim->sim.cfg = r;
-    pipeline_ = std::move(sim);
+    pipeline_ = std::make_shared<const quant::Pipeline>(quant::run_pipeline(r, source_, *tokenizer_, opt.pipeline));
+    model_ = pipeline_->sim.model;
+    recipe_ = pipeline_->sim.cfg;
+    describe_ = recipe_.describe();
   }
   if (prefix_) prefix_tokens_ = prefix_->tokens();
   prefix_has_bos_ = holds(prefix_tokens_, tokenizer_->bos_id());
@@ -224,7 +227,6 @@ std::vector<int32_t> Engine::stop_ids() const {
 }
 
 runtime::QuantizedModel Engine::pack(const runtime::QuantizeOptions& opt) const {
-  SINKQ_CHECK(!distributed(), "quantizing is not distributed yet: run sinkq quantize in one process");
   SINKQ_CHECK(runtime_ == Runtime::Simulated && pipeline_, "{} is already packed (a sinkq artifact)", path_);
   runtime::QuantizedModel qm = runtime::build_quantized(pipeline_->sim, opt);
   if (!pipeline_->calib_json.is_null()) qm.recipe["calibration_data"] = pipeline_->calib_json;

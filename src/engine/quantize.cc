@@ -4,12 +4,54 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "dist/mpi.h"
 #include "runtime/artifact.h"
 #include "sinkq/engine.h"
 
 namespace sinkq {
 
 namespace {
+
+using nlohmann::json;
+
+// Under mpirun (dist/): the ranks after the first send rank 0 their stage's tensor list (names,
+// dtypes, shapes, linears' metadata), then each tensor's bytes in the file's data order — the
+// order in which rank 0's writer asks for them, so no request message is needed.
+void send_stage(const runtime::StageTensors& st) {
+  json specs = json::array();
+  for (const TensorToWrite& t : st.tensors)
+    specs.push_back({t.name, std::string(dtype_name(t.dtype)), t.shape, t.raw_dtype});
+  const std::string msg = json{{"tensors", specs}, {"meta_linears", st.meta_linears}}.dump();
+  const uint64_t n = msg.size();
+  dist::send(&n, sizeof n, 0, dist::kTagSpecs, "the stage's tensor list");
+  dist::send(msg.data(), n, 0, dist::kTagSpecs, "the stage's tensor list");
+  for (const TensorToWrite& t : st.tensors) dist::send(t.bytes.data(), t.bytes.size(), 0, dist::kTagTensor, t.name);
+}
+
+// Rank 0: the other stages' tensors for write_artifact.
+runtime::WriteOptions::Remote receive_stages() {
+  runtime::WriteOptions::Remote r;
+  for (int rank = 1; rank < dist::size(); ++rank) {
+    uint64_t n = 0;
+    dist::recv(&n, sizeof n, rank, dist::kTagSpecs, "a stage's tensor list");
+    SINKQ_CHECK(n < (uint64_t(1) << 32), "rank {}: a tensor list of {} bytes", rank, n);
+    std::string msg(n, '\0');
+    dist::recv(msg.data(), n, rank, dist::kTagSpecs, "a stage's tensor list");
+    const json j = json::parse(msg);
+    for (const json& t : j.at("tensors")) {
+      const std::optional<DType> dt = parse_dtype(t.at(1).get<std::string>());
+      SINKQ_CHECK(dt.has_value(), "rank {}: tensor {} has dtype {}", rank, t.at(0).dump(), t.at(1).dump());
+      r.specs.push_back({{t.at(0).get<std::string>(), *dt, t.at(2).get<std::vector<int64_t>>(),
+                          t.at(3).get<std::string>()}, rank});
+    }
+    for (const auto& [k, v] : j.at("meta_linears").items()) r.meta_linears[k] = v;
+  }
+  r.read = [](int rank, const SafetensorsStreamWriter::TensorSpec& spec, std::span<std::byte> out) {
+    dist::recv(out.data(), out.size(), rank, dist::kTagTensor, spec.name);
+  };
+  return r;
+}
+
 DType resolve_fp_dtype(const std::string& value, DType source, const std::string& name) {
   if (value == "auto") return source == DType::F32 ? DType::F16 : source;
   if (value == "f32") return DType::F32;
@@ -35,15 +77,23 @@ nlohmann::json quantize_artifact(const std::string& model_path, const std::strin
   OpenOptions oo;
   oo.recipe = recipe;
   oo.pipeline = opt.pipeline;
+  oo.serve_stages = false;  // under mpirun: every rank packs its stage, rank 0 writes
   const std::shared_ptr<const Engine> engine = Engine::open(model_path, oo);
   const Model& model = *engine->source_model();
   std::fprintf(stderr, "quantize: packing the linear layers\n");
   runtime::QuantizeOptions qo;
   qo.fp_dtype = resolve_fp_dtype(opt.fp_dtype, model.weights().embed.dtype, opt.fp_dtype_name);
   const runtime::QuantizedModel qm = engine->pack(qo);
-  std::fprintf(stderr, "quantize: writing %s\n", out.c_str());
+  // The whole model's packed bytes (each stage counts what the artifact takes from it).
+  const int64_t packed_bytes = dist::sum_over_ranks(int64_t(qm.packed_bytes()));
   runtime::WriteOptions wo;
   wo.force = opt.force;
+  if (dist::active() && dist::rank() > 0) {
+    send_stage(runtime::stage_tensors(qm));
+    return nullptr;  // rank 0 writes and reports
+  }
+  if (dist::active()) wo.remote = receive_stages();
+  std::fprintf(stderr, "quantize: writing %s\n", out.c_str());
   const runtime::ArtifactInfo info = runtime::write_artifact(qm, model_path, out, wo);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -60,7 +110,7 @@ nlohmann::json quantize_artifact(const std::string& model_path, const std::strin
           {"files", files},
           {"total_bytes", info.total_bytes},
           {"tensor_bytes", tensors},
-          {"packed_weight_bytes", qm.packed_bytes()},
+          {"packed_weight_bytes", packed_bytes},
           {"fp16_bytes", int64_t(fp16)},
           {"ratio_to_fp16", double(tensors) / fp16},
           {"fp_dtype", runtime::fp_dtype_label(qm.model->weights())},

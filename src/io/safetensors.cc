@@ -356,11 +356,8 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::v
     SINKQ_CHECK(t.raw_dtype.empty() || raw_dtype_size(t.raw_dtype) != 0,
                 "{}: tensor '{}': unknown raw dtype '{}' (U8, I8, I32)", path, t.name, t.raw_dtype);
   }
-  auto elem_size = [](const TensorSpec& t) { return t.raw_dtype.empty() ? dtype_size(t.dtype) : raw_dtype_size(t.raw_dtype); };
-  std::sort(tensors.begin(), tensors.end(), [&](const TensorSpec& a, const TensorSpec& b) {
-    const size_t sa = elem_size(a), sb = elem_size(b);
-    return sa != sb ? sa > sb : a.name < b.name;
-  });
+  auto elem_size = [](const TensorSpec& t) { return element_size(t); };
+  data_order(tensors);
   json h = json::object();
   uint64_t off = 0;
   for (const TensorSpec& t : tensors) {
@@ -381,6 +378,17 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, std::v
   std::memcpy(len, &n, 8);
   w_.write(len, 8);
   w_.write(header);
+}
+
+size_t SafetensorsStreamWriter::element_size(const TensorSpec& t) {
+  return t.raw_dtype.empty() ? dtype_size(t.dtype) : raw_dtype_size(t.raw_dtype);
+}
+
+void SafetensorsStreamWriter::data_order(std::vector<TensorSpec>& specs) {
+  std::sort(specs.begin(), specs.end(), [](const TensorSpec& a, const TensorSpec& b) {
+    const size_t sa = element_size(a), sb = element_size(b);
+    return sa != sb ? sa > sb : a.name < b.name;
+  });
 }
 
 const std::string& SafetensorsStreamWriter::next_name() const {

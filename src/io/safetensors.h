@@ -115,6 +115,10 @@ class SafetensorsStreamWriter {
     std::vector<int64_t> shape;
     std::string raw_dtype = {};
   };
+  // The data order: element size descending, then name (every tensor then starts at a multiple of
+  // its element size). Sorts `specs` in place.
+  static void data_order(std::vector<TensorSpec>& specs);
+  static size_t element_size(const TensorSpec& t);
   SafetensorsStreamWriter(const std::string& path, std::vector<TensorSpec> tensors,
                           const std::map<std::string, std::string>& metadata = {});
   const std::string& next_name() const;  // "" when every tensor was written

@@ -207,7 +207,7 @@ int64_t ModelWeights::parameter_count() const {
     if (L.bk) total += L.wk.rows;
     if (L.bv) total += L.wv.rows;
   }
-  if (final_norm) total += hidden;
+  total += hidden;  // the final norm (held by a pipeline's last stage only)
   if (!tied()) total += n(lm_head);  // tied: counted once
   return total;
 }

@@ -135,21 +135,32 @@ std::shared_ptr<const Model> rotate_model(std::shared_ptr<const Model> base, con
   w.layers = src.layers;
   const float* ones = w.own(std::vector<float>(static_cast<size_t>(H), 1.0f));
 
+  // A pipeline stage (Model::stage()) rotates what it holds: the embeddings on the first stage, the
+  // head on the last, its own layers (the rotations are per layer and seeded: the same everywhere).
+  const LayerRange& stage = base->stage();
+  const int N = mc.num_layers;
   w.embed = src.embed;
-  Buf embed(src.embed);
-  embed.rotate_input(R1);
-  embed.store(w, w.embed);
+  if (stage.first()) {
+    Buf embed(src.embed);
+    embed.rotate_input(R1);
+    embed.store(w, w.embed);
+  }
 
   // Widened from the original (for a tied model: the un-rotated embedding).
   w.lm_head = src.lm_head;
   if (mc.tie_word_embeddings) w.lm_head.name = "lm_head.weight";
-  Buf head(src.lm_head);
-  head.scale_columns(src.final_norm);
-  head.rotate_input(R1);
-  head.store(w, w.lm_head);
+  if (stage.last(N)) {
+    Buf head(src.lm_head);
+    head.scale_columns(src.final_norm);
+    head.rotate_input(R1);
+    head.store(w, w.lm_head);
+  } else {
+    w.lm_head.data = nullptr;  // untied from the (unrotated) table, as on the whole model
+  }
   w.final_norm = ones;
 
   for (int l = 0; l < mc.num_layers; ++l) {
+    if (!stage.holds(l, N)) continue;
     const LayerWeights& s = src.layers[static_cast<size_t>(l)];
     LayerWeights& d = w.layers[static_cast<size_t>(l)];
     const RandomHadamard r2 = r2_rotation(mc, cfg, l);

@@ -188,7 +188,9 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;  // norms and biases shared; matrices replaced below
+  const LayerRange& stage = base->stage();  // a pipeline stage quantizes what it holds
   for (int l = 0; l < num_layers; ++l) {
+    if (!stage.holds(l, num_layers)) continue;
     LayerWeights& L = w.layers[size_t(l)];
     for (int i = 0; i < kNumLinearRoles; ++i) {
       const WeightSim ws = cfg.weights(l, i, num_layers);
@@ -201,9 +203,9 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
     }
   }
   if (cfg.head.on()) {  // the int8 / int4 table: one for both when tied (recipe.h HeadSim)
-    const bool tied = src.tied();
-    w.lm_head = fake_quant_mat(cfg.head.weights(), src.lm_head, w);
-    w.embed = tied ? w.lm_head : fake_quant_mat(cfg.head.weights(), src.embed, w);
+    const bool tied = src.tied();  // (a middle pipeline stage holds neither table)
+    if (stage.last(num_layers) || (tied && stage.first())) w.lm_head = fake_quant_mat(cfg.head.weights(), src.lm_head, w);
+    if (stage.first()) w.embed = tied ? w.lm_head : fake_quant_mat(cfg.head.weights(), src.embed, w);
   }
   return Model::with_weights(std::move(base), std::move(w));
 }

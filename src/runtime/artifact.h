@@ -51,8 +51,14 @@
 // rename(2); on any error the temp directory is removed and OUT is untouched.
 #pragma once
 
+#include <deque>
 #include <functional>
+#include <optional>
+#include <span>
 #include <string>
+#include <vector>
+
+#include "io/safetensors.h"
 
 #include "runtime/quantized_model.h"
 
@@ -67,6 +73,16 @@ inline constexpr int kArtifactFormatVersion = 3;
 // sinkq_recipe.json's "fp_dtype" of w: the embeddings' storage type, or "int8" / "int4" for a packed head.
 std::string fp_dtype_label(const ModelWeights& w);
 
+// The artifact's tensors that qm's model holds (all of them; a pipeline stage, Model::stage():
+// its layers' and the ends it holds) in the file's data order (safetensors_data_order), and the
+// __metadata__ entries of its linears.
+struct StageTensors {
+  std::vector<TensorToWrite> tensors;
+  nlohmann::json meta_linears = nlohmann::json::object();
+  std::deque<std::vector<std::byte>> storage;  // the copies `tensors` point into
+};
+StageTensors stage_tensors(const QuantizedModel& qm);
+
 struct WriteOptions {
   // Replace an existing OUT (atomically: OUT is renamed away, the new one renamed in, the old one
   // deleted). Without it an existing OUT is a sinkq::Error.
@@ -74,6 +90,15 @@ struct WriteOptions {
   // Test hook: called with each file name just before it is written into the temp directory; may
   // throw to simulate a failure mid-write.
   std::function<void(const std::string& file)> before_file;
+  // The first stage of a pipeline (dist/pipeline.h) writes the whole artifact: `specs` are the
+  // other stages' tensors (with the stage that holds each), `meta_linears` their linears' metadata,
+  // and read(stage, spec, bytes) fills a tensor's bytes, asked for in the file's data order.
+  struct Remote {
+    std::vector<std::pair<SafetensorsStreamWriter::TensorSpec, int>> specs;
+    nlohmann::json meta_linears = nlohmann::json::object();
+    std::function<void(int stage, const SafetensorsStreamWriter::TensorSpec& spec, std::span<std::byte> out)> read;
+  };
+  std::optional<Remote> remote;
 };
 
 // What was written: file -> bytes, and their sum.

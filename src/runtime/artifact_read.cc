@@ -444,7 +444,7 @@ QuantizedModel load_artifact(const std::string& dir, LayerRange stage) {
   // Integrity, after the structure (whose messages say more when they apply): what an edit or a
   // corruption that keeps the structure valid still changes.
   if (const std::string fp = L.get_str(r, "", "fp_dtype"), emb{fp_dtype_label(w)};
-      (w.lm_head_impl || !qm.cfg.head.on()) && fp != emb)
+      (w.lm_head_impl || w.embed_impl || !qm.cfg.head.on()) && fp != emb)
     L.bad_field("fp_dtype", fmt::format("'{}', but model.embed_tokens.weight is {}", fp, emb));
   // The inventory lists exactly the file's tensors, with their dtypes, shapes and checksums.
   const json& inv = L.field(r, "", "tensors");

@@ -109,8 +109,10 @@ void write_json_file(const std::string& path, const json& j) { write_file_atomic
 }  // namespace
 
 std::string fp_dtype_label(const ModelWeights& w) {
-  if (!w.lm_head_impl) return std::string(dtype_name(w.embed.dtype));
-  const auto* pl = dynamic_cast<const PackedLinear*>(w.lm_head_impl.get());
+  // (a pipeline's first stage of an untied model holds the packed embeddings only)
+  const LinearImpl* table = w.lm_head_impl ? w.lm_head_impl.get() : w.embed_impl.get();
+  if (!table) return std::string(dtype_name(w.embed.dtype));
+  const auto* pl = dynamic_cast<const PackedLinear*>(table);
   SINKQ_CHECK(pl != nullptr && !pl->blocks().empty(), "fp_dtype_label: the LM head is not a packed table");
   return fmt::format("int{}", lowbit::traits(pl->blocks()[0].w.format).bits);
 }
@@ -118,6 +120,118 @@ std::string fp_dtype_label(const ModelWeights& w) {
 bool is_artifact(const std::string& dir) {
   std::error_code ec;
   return fs::is_regular_file(fs::path(dir) / kRecipe, ec);
+}
+
+StageTensors stage_tensors(const QuantizedModel& qm) {
+  const ModelWeights& w = qm.model->weights();
+  const ModelConfig& mc = qm.model->config();
+  const LayerRange& stage = qm.model->stage();
+  const int N = mc.num_layers;
+  TensorList tl;
+  json meta_linears = json::object();
+  auto add_mat = [&](const std::string& name, const Mat& m) {
+    tl.add_view(name, m.dtype, {m.rows, m.cols}, m.data, size_t(m.rows * m.cols) * dtype_size(m.dtype));
+  };
+  auto add_vec = [&](const std::string& name, const float* v, int64_t n) {
+    tl.add_view(name, DType::F32, {n}, v, size_t(n) * sizeof(float));
+  };
+  const bool tied = qm.tied();
+  const bool first = stage.first(), last = stage.last(N);
+  if (qm.cfg.head.on()) {  // the int8 / int4 head: its packed tables (artifact.h), blocks as a linear's
+    auto table = [&](const std::string& base, const LinearImpl* impl) {
+      const auto* pl = dynamic_cast<const PackedLinear*>(impl);
+      SINKQ_CHECK(pl != nullptr, "write_artifact: {} is not a packed table", base);
+      for (size_t b = 0; b < pl->blocks().size(); ++b) add_packed(tl, b == 0 ? base : base + ".tail", pl->planar(b));
+    };
+    if ((first && (tied || last)) || (last && !tied)) table("lm_head", w.lm_head_impl.get());
+    if (first && !tied) table("model.embed_tokens", w.embed_impl.get());
+  } else {
+    if (first) add_mat("model.embed_tokens.weight", w.embed);
+    if (last && !tied) add_mat("lm_head.weight", w.lm_head);
+  }
+  if (last) add_vec("model.norm.weight", w.final_norm, mc.hidden_size);
+  for (int l = 0; l < mc.num_layers; ++l) {
+    if (!stage.holds(l, N)) continue;
+    const LayerWeights& lw = w.layers[size_t(l)];
+    const std::string p = layer_prefix(l);
+    add_vec(p + "input_layernorm.weight", lw.attn_norm, mc.hidden_size);
+    add_vec(p + "post_attention_layernorm.weight", lw.mlp_norm, mc.hidden_size);
+    if (lw.bq) add_vec(p + "self_attn.q_proj.bias", lw.bq, mc.q_dim());
+    if (lw.bk) add_vec(p + "self_attn.k_proj.bias", lw.bk, mc.kv_dim());
+    if (lw.bv) add_vec(p + "self_attn.v_proj.bias", lw.bv, mc.kv_dim());
+    for (int i = 0; i < kNumLinearRoles; ++i) {
+      const auto* pl = dynamic_cast<const PackedLinear*>(lw.impl_of(i).get());
+      SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearRoles[i].hf);
+      const std::string base = p + kLinearRoles[i].hf;
+      json blocks = json::array();
+      for (size_t b = 0; b < pl->blocks().size(); ++b) {
+        const PackedTensor pt = pl->planar(b);
+        add_packed(tl, b == 0 ? base : base + ".tail", pt);
+        blocks.push_back({pl->blocks()[b].col0, pl->blocks()[b].cols, int(pt.format)});
+      }
+      meta_linears[base] = json{{"shape", {pl->rows(), pl->cols()}}, {"blocks", blocks}};
+    }
+  }
+  for (const StaticActScale& e : qm.rt.a.scales)
+    if (stage.holds(e.layer, N))
+      tl.add_copy(fmt::format("{}{}.act_scale", layer_prefix(e.layer), site_name(e.site)), DType::F32, {1},
+                std::vector<float>{e.params.scale.at(0)});
+  // CrossQuant's static column maxima (b follows from them and the recipe's alpha).
+  for (size_t k = 0; k < qm.rt.a.cross.size(); ++k) {
+    if (!stage.holds(int(k / 4), N)) continue;
+    const quant::CrossFold& f = qm.rt.a.cross[k];
+    tl.add_copy(fmt::format("{}{}.cross_col_max", layer_prefix(int(k / 4)), site_name(kLinearInputSites[k % 4])),
+                DType::F32, {f.cols()}, f.col_max);
+  }
+  // Static KV params (their layout follows from the recipe and config.json: artifact_read.cc).
+  if (qm.kv)
+    for (const quant::StaticQuant& q : qm.kv->statics) {
+      if (!stage.holds(q.layer, N)) continue;
+      const quant::Params& p = q.params;
+      const std::string base = fmt::format("{}{}", layer_prefix(q.layer), site_name(q.site));
+      tl.add_copy(base + ".kv_scale", DType::F32, {int64_t(p.scale.size())}, p.scale);
+      if (!p.symmetric) tl.add_copy(base + ".kv_zero", DType::F32, {int64_t(p.zero.size())}, p.zero, "I32");
+      tl.add_copy(base + ".kv_clip", DType::F32, {1}, std::vector<float>{q.spec.clip_ratio});
+    }
+  // KVQuant's codebook KV: per layer and K / V its levels and, for channel vectors, their ranges
+  // (the rest — bits, axes, outlier fraction — is in the recipe).
+  if (qm.kv_codebook)
+    for (size_t l = 0; l < qm.kv_codebook->layers.size(); ++l)
+      for (const bool value : {false, true}) {
+        if (!stage.holds(int(l), N)) continue;
+        const quant::KvCodec& c = value ? qm.kv_codebook->layers[l].v : qm.kv_codebook->layers[l].k;
+        const std::string base = fmt::format("{}kv_codebook.{}", layer_prefix(int(l)), value ? "v" : "k");
+        tl.add_copy(base + ".levels", DType::F32, {int64_t(c.levels.size())}, c.levels);
+        if (c.per_channel) {
+          tl.add_copy(base + ".lo", DType::F32, {int64_t(c.lo.size())}, c.lo);
+          tl.add_copy(base + ".hi", DType::F32, {int64_t(c.hi.size())}, c.hi);
+        }
+      }
+  if (qm.prefix && first) {  // (a pipeline's first stage holds every layer's rows: dist gathers them)
+    const KvPrefix& pf = *qm.prefix;
+    const int64_t P = pf.size(), KV = pf.kv_dim();
+    std::vector<float> k, v;
+    for (int l = 0; l < pf.num_layers(); ++l) {
+      const KvSegment s = pf.segment(l);
+      k.insert(k.end(), s.k, s.k + P * KV);
+      v.insert(v.end(), s.v, s.v + P * KV);
+    }
+    tl.add_copy("sinkq.prefix.tokens", DType::F32, {P}, pf.tokens(), "I32");
+    tl.add_copy("sinkq.prefix.k", DType::F32, {int64_t(pf.num_layers()), P, KV}, k);
+    tl.add_copy("sinkq.prefix.v", DType::F32, {int64_t(pf.num_layers()), P, KV}, v);
+  }
+  StageTensors out;
+  std::vector<SafetensorsStreamWriter::TensorSpec> order;
+  std::map<std::string, TensorToWrite*> by_name;
+  for (TensorToWrite& t : tl.tensors) {
+    order.push_back({t.name, t.dtype, t.shape, t.raw_dtype});
+    by_name[t.name] = &t;
+  }
+  SafetensorsStreamWriter::data_order(order);
+  for (const auto& s : order) out.tensors.push_back(*by_name.at(s.name));
+  out.storage = std::move(tl.storage);  // deque: the bytes stay where the views point
+  out.meta_linears = std::move(meta_linears);
+  return out;
 }
 
 ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_dir, const std::string& out_dir,
@@ -144,99 +258,19 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
 
   // ---- tensors -------------------------------------------------------------------------------
   const ModelWeights& w = qm.model->weights();
-  TensorList tl;
-  json meta_linears = json::object();
-  auto add_mat = [&](const std::string& name, const Mat& m) {
-    tl.add_view(name, m.dtype, {m.rows, m.cols}, m.data, size_t(m.rows * m.cols) * dtype_size(m.dtype));
-  };
-  auto add_vec = [&](const std::string& name, const float* v, int64_t n) {
-    tl.add_view(name, DType::F32, {n}, v, size_t(n) * sizeof(float));
-  };
-  const bool tied = w.tied();
-  if (w.lm_head_impl) {  // the int8 / int4 head: its packed tables (artifact.h), blocks as a linear's
-    auto table = [&](const std::string& base, const LinearImpl* impl) {
-      const auto* pl = dynamic_cast<const PackedLinear*>(impl);
-      SINKQ_CHECK(pl != nullptr, "write_artifact: {} is not a packed table", base);
-      for (size_t b = 0; b < pl->blocks().size(); ++b) add_packed(tl, b == 0 ? base : base + ".tail", pl->planar(b));
-    };
-    table("lm_head", w.lm_head_impl.get());
-    if (!tied) table("model.embed_tokens", w.embed_impl.get());
-  } else {
-    add_mat("model.embed_tokens.weight", w.embed);
-    if (!tied) add_mat("lm_head.weight", w.lm_head);
+  const bool tied = qm.tied();
+  StageTensors own = stage_tensors(qm);
+  std::vector<std::pair<SafetensorsStreamWriter::TensorSpec, int>> specs;  // every tensor, its stage
+  for (const TensorToWrite& t : own.tensors) specs.push_back({{t.name, t.dtype, t.shape, t.raw_dtype}, 0});
+  json meta_linears = own.meta_linears;
+  if (opt.remote) {
+    specs.insert(specs.end(), opt.remote->specs.begin(), opt.remote->specs.end());
+    for (const auto& [k, v] : opt.remote->meta_linears.items()) meta_linears[k] = v;
   }
-  add_vec("model.norm.weight", w.final_norm, mc.hidden_size);
-  for (int l = 0; l < mc.num_layers; ++l) {
-    const LayerWeights& lw = w.layers[size_t(l)];
-    const std::string p = layer_prefix(l);
-    add_vec(p + "input_layernorm.weight", lw.attn_norm, mc.hidden_size);
-    add_vec(p + "post_attention_layernorm.weight", lw.mlp_norm, mc.hidden_size);
-    if (lw.bq) add_vec(p + "self_attn.q_proj.bias", lw.bq, mc.q_dim());
-    if (lw.bk) add_vec(p + "self_attn.k_proj.bias", lw.bk, mc.kv_dim());
-    if (lw.bv) add_vec(p + "self_attn.v_proj.bias", lw.bv, mc.kv_dim());
-    for (int i = 0; i < kNumLinearRoles; ++i) {
-      const auto* pl = dynamic_cast<const PackedLinear*>(lw.impl_of(i).get());
-      SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearRoles[i].hf);
-      const std::string base = p + kLinearRoles[i].hf;
-      json blocks = json::array();
-      for (size_t b = 0; b < pl->blocks().size(); ++b) {
-        const PackedTensor pt = pl->planar(b);
-        add_packed(tl, b == 0 ? base : base + ".tail", pt);
-        blocks.push_back({pl->blocks()[b].col0, pl->blocks()[b].cols, int(pt.format)});
-      }
-      meta_linears[base] = json{{"shape", {pl->rows(), pl->cols()}}, {"blocks", blocks}};
-    }
-  }
-  for (const StaticActScale& e : qm.rt.a.scales)
-    tl.add_copy(fmt::format("{}{}.act_scale", layer_prefix(e.layer), site_name(e.site)), DType::F32, {1},
-                std::vector<float>{e.params.scale.at(0)});
-  // CrossQuant's static column maxima (b follows from them and the recipe's alpha).
-  for (size_t k = 0; k < qm.rt.a.cross.size(); ++k) {
-    const quant::CrossFold& f = qm.rt.a.cross[k];
-    tl.add_copy(fmt::format("{}{}.cross_col_max", layer_prefix(int(k / 4)), site_name(kLinearInputSites[k % 4])),
-                DType::F32, {f.cols()}, f.col_max);
-  }
-  // Static KV params (their layout follows from the recipe and config.json: artifact_read.cc).
-  if (qm.kv)
-    for (const quant::StaticQuant& q : qm.kv->statics) {
-      const quant::Params& p = q.params;
-      const std::string base = fmt::format("{}{}", layer_prefix(q.layer), site_name(q.site));
-      tl.add_copy(base + ".kv_scale", DType::F32, {int64_t(p.scale.size())}, p.scale);
-      if (!p.symmetric) tl.add_copy(base + ".kv_zero", DType::F32, {int64_t(p.zero.size())}, p.zero, "I32");
-      tl.add_copy(base + ".kv_clip", DType::F32, {1}, std::vector<float>{q.spec.clip_ratio});
-    }
-  // KVQuant's codebook KV: per layer and K / V its levels and, for channel vectors, their ranges
-  // (the rest — bits, axes, outlier fraction — is in the recipe).
-  if (qm.kv_codebook)
-    for (size_t l = 0; l < qm.kv_codebook->layers.size(); ++l)
-      for (const bool value : {false, true}) {
-        const quant::KvCodec& c = value ? qm.kv_codebook->layers[l].v : qm.kv_codebook->layers[l].k;
-        const std::string base = fmt::format("{}kv_codebook.{}", layer_prefix(int(l)), value ? "v" : "k");
-        tl.add_copy(base + ".levels", DType::F32, {int64_t(c.levels.size())}, c.levels);
-        if (c.per_channel) {
-          tl.add_copy(base + ".lo", DType::F32, {int64_t(c.lo.size())}, c.lo);
-          tl.add_copy(base + ".hi", DType::F32, {int64_t(c.hi.size())}, c.hi);
-        }
-      }
-  if (qm.prefix) {
-    const KvPrefix& pf = *qm.prefix;
-    const int64_t P = pf.size(), KV = pf.kv_dim();
-    std::vector<float> k, v;
-    for (int l = 0; l < pf.num_layers(); ++l) {
-      const KvSegment s = pf.segment(l);
-      k.insert(k.end(), s.k, s.k + P * KV);
-      v.insert(v.end(), s.v, s.v + P * KV);
-    }
-    tl.add_copy("sinkq.prefix.tokens", DType::F32, {P}, pf.tokens(), "I32");
-    tl.add_copy("sinkq.prefix.k", DType::F32, {int64_t(pf.num_layers()), P, KV}, k);
-    tl.add_copy("sinkq.prefix.v", DType::F32, {int64_t(pf.num_layers()), P, KV}, v);
-  }
+  std::map<std::string, const TensorToWrite*> local;
+  for (const TensorToWrite& t : own.tensors) local[t.name] = &t;
 
   // ---- recipe --------------------------------------------------------------------------------
-  json inventory = json::object();
-  for (const TensorToWrite& t : tl.tensors)
-    inventory[t.name] = {{"dtype", dtype_str(t)}, {"shape", t.shape},
-                         {"checksum", tensor_checksum(dtype_str(t), t.shape, t.bytes)}};
   const std::string config_bytes = gguf ? mc.to_json().dump(2) + "\n" : read_file(src_config);
   // The recipe: Recipe::to_json (what load_artifact parses back with Recipe::from_json), the
   // prefix tokens those of the KV rows stored; whatever else the caller recorded beside it in
@@ -256,7 +290,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     for (const auto& [k, v] : qm.recipe.items())
       if (!recipe_json.contains(k)) provenance[k] = v;
   strip_times(provenance);
-  const json recipe{
+  json recipe{
       {"format", "sinkq-artifact"},
       {"format_version", kArtifactFormatVersion},
       {"sinkq_version", SINKQ_VERSION},
@@ -267,7 +301,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       {"fp_dtype", fp_dtype_label(w)},
       {"recipe", recipe_json},
       {"provenance", provenance},
-      {"tensors", inventory}};
+      {"tensors", json::object()}};  // the inventory: filled in while the tensors are written
   std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
                                           {"format_version", std::to_string(kArtifactFormatVersion)},
                                           {"recipe_checksum", recipe_checksum(recipe)}};
@@ -286,7 +320,36 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       if (opt.before_file) opt.before_file(name);
       return (tmp / name).string();
     };
-    write_safetensors(file(kTensors), tl.tensors, meta);
+    {
+      // The tensors in data order, each from this stage or the one that holds it, checksummed
+      // for the inventory on the way (recipe_checksum does not cover the inventory).
+      std::vector<SafetensorsStreamWriter::TensorSpec> all;
+      std::map<std::string, std::pair<SafetensorsStreamWriter::TensorSpec, int>> by_name;
+      for (const auto& e : specs) {
+        all.push_back(e.first);
+        by_name[e.first.name] = e;
+      }
+      SafetensorsStreamWriter sw(file(kTensors), all, meta);
+      std::vector<std::byte> buf;
+      json& inventory = recipe["tensors"];
+      while (!sw.done()) {
+        const auto& [spec, stage] = by_name.at(sw.next_name());
+        std::span<const std::byte> bytes;
+        if (stage == 0) {
+          bytes = local.at(spec.name)->bytes;
+        } else {
+          uint64_t n = SafetensorsStreamWriter::element_size(spec);
+          for (int64_t d : spec.shape) n *= uint64_t(d);
+          buf.resize(n);
+          opt.remote->read(stage, spec, buf);
+          bytes = buf;
+        }
+        const std::string dt = spec.raw_dtype.empty() ? std::string(dtype_name(spec.dtype)) : spec.raw_dtype;
+        inventory[spec.name] = {{"dtype", dt}, {"shape", spec.shape}, {"checksum", tensor_checksum(dt, spec.shape, bytes)}};
+        sw.write(spec.name, bytes);
+      }
+      sw.commit();
+    }
     write_file_atomic(file(kConfig), config_bytes);
     write_json_file(file(kRecipe), recipe);
     if (gguf) {

@@ -388,10 +388,11 @@ PackedFormat head_act_format() {
   return activation_format(ActScheme{.bits = s.bits, .symmetric = s.symmetric, .mode = ActMode::Dynamic, .scales = {}, .cross = {}});
 }
 
-void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make) {
-  const bool tied = w.tied();
-  w.lm_head_impl = make(w.lm_head);
-  w.embed_impl = tied ? w.lm_head_impl : make(w.embed);
+void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make, bool first,
+               bool last) {
+  const bool tied = w.tied();  // (a middle pipeline stage holds neither table: nothing to pack)
+  if (last || (tied && first)) w.lm_head_impl = make(w.lm_head);
+  if (first) w.embed_impl = tied ? w.lm_head_impl : make(w.embed);
   for (Mat* m : {&w.embed, &w.lm_head}) {
     m->data = nullptr;
     m->dtype = DType::F32;
@@ -462,7 +463,8 @@ std::shared_ptr<const Model> pack_model(std::shared_ptr<const Model> base, const
 }
 
 void pack_linears(ModelWeights& w,
-                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make) {
+                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make,
+                  LayerRange held) {
   const int64_t jobs = int64_t(w.layers.size()) * kNumLinearRoles;
   std::vector<std::shared_ptr<const LinearImpl>> packed(static_cast<size_t>(jobs));
   std::vector<std::exception_ptr> errors(packed.size());  // the first matrix's error is reported
@@ -471,7 +473,7 @@ void pack_linears(ModelWeights& w,
   for (int64_t j = 0; j < jobs; ++j) {
     try {
       const int l = int(j / kNumLinearRoles), i = int(j % kNumLinearRoles);
-      packed[size_t(j)] = make(l, i, w.layers[size_t(l)].mat(i));
+      if (held.holds(l, int(w.layers.size()))) packed[size_t(j)] = make(l, i, w.layers[size_t(l)].mat(i));
     } catch (...) {
       errors[size_t(j)] = std::current_exception();
     }

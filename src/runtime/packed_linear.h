@@ -186,13 +186,18 @@ lowbit::PackedFormat head_act_format();
 // The packed head of w (quant/recipe.h HeadSim): lm_head_impl = make(lm_head), embed_impl = the same
 // object when tied, else make(embed); the two Mats then keep shape and name only (data nullptr).
 // make packs a [vocab, hidden] table as HeadSim::weights() with head_act_format() activations.
-void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make);
+// A pipeline stage (dist/pipeline.h) packs the tables it holds: first, the embeddings (and the
+// tied table); last, the LM head.
+void pack_head(ModelWeights& w, const std::function<std::shared_ptr<const LinearImpl>(const Mat& m)>& make,
+               bool first = true, bool last = true);
 
 // The one pack loop: make(l, i, m) for every layer l and linear role i (io/weights.h kLinearRoles)
 // of `w`, in parallel over the matrices (make runs single-threaded inside; it must be safe to call
 // concurrently), each result put into layer l's implementation slot of role i. The first error
-// (in layer, role order) is rethrown after every job has ended; w is then partly packed.
+// (in layer, role order) is rethrown after every job has ended; w is then partly packed. Layers
+// outside `held` (another pipeline stage's) are left as they are.
 void pack_linears(ModelWeights& w,
-                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make);
+                  const std::function<std::shared_ptr<const LinearImpl>(int l, int i, const Mat& m)>& make,
+                  LayerRange held = {});
 
 }  // namespace sinkq::runtime

@@ -253,10 +253,11 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
   w.lm_head = src.lm_head;
   w.final_norm = src.final_norm;
   w.layers = src.layers;
+  const LayerRange& stage = sim.model->stage();  // a pipeline stage packs what it holds
   if (opt.fp_dtype && !sim.cfg.head.on()) {  // an int8 head keeps no fp table (pack_head)
     const bool tied = src.tied();
-    w.embed = convert_mat(src.embed, *opt.fp_dtype, w);
-    w.lm_head = tied ? w.embed : convert_mat(src.lm_head, *opt.fp_dtype, w);
+    if (stage.holds_embed(L, tied)) w.embed = convert_mat(src.embed, *opt.fp_dtype, w);
+    w.lm_head = tied ? w.embed : stage.last(L) ? convert_mat(src.lm_head, *opt.fp_dtype, w) : src.lm_head;
   }
   for (int l = 0; l < L; ++l)
     for (int i = 0; i < kNumLinearRoles; ++i)
@@ -292,7 +293,7 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
     const size_t slot = size_t(l) * 4 + size_t(kLinearRoles[i].input);
     const quant::Params* sp = table[slot];
     return pack(m, qm.rt.weights(l, i, L), act, sp ? *sp : quant::Params{}, folds.empty() ? nullptr : folds[slot]);
-  });
+  }, stage);
   for (LayerWeights& lw : w.layers)
     for (int i = 0; i < kNumLinearRoles; ++i) {
       // Shape and name only: the packed linear runs, the fp32 matrix is never read (io/weights.h).
@@ -300,7 +301,8 @@ QuantizedModel build_quantized(const quant::SimModel& sim, const QuantizeOptions
       lw.mat(i).dtype = DType::F32;
     }
   if (sim.cfg.head.on())
-    pack_head(w, [&](const Mat& m) { return pack(m, sim.cfg.head.weights(), head_act_format(), {}, nullptr); });
+    pack_head(w, [&](const Mat& m) { return pack(m, sim.cfg.head.weights(), head_act_format(), {}, nullptr); },
+              stage.first(), stage.last(L));
   qm.model = Model::with_weights(sim.model, std::move(w));
   return qm;
 }
@@ -333,8 +335,16 @@ size_t QuantizedModel::packed_bytes() const {
     for (const auto* impl : {&lw.impl.q, &lw.impl.k, &lw.impl.v, &lw.impl.o, &lw.impl.gate, &lw.impl.up, &lw.impl.down})
       if (const auto* p = dynamic_cast<const PackedLinear*>(impl->get())) n += p->bytes();
   const ModelWeights& w = model->weights();  // the int8 head's tables (one when tied)
-  if (w.lm_head_impl) n += w.lm_head_impl->bytes() + (w.tied() ? 0 : w.embed_impl->bytes());
+  const LayerRange& st = model->stage();
+  const bool first = st.first(), last = st.last(model->config().num_layers), one = tied();
+  if (w.lm_head_impl && ((first && (one || last)) || (last && !one))) n += w.lm_head_impl->bytes();
+  if (w.embed_impl && first && !one) n += w.embed_impl->bytes();
   return n;
+}
+
+bool QuantizedModel::tied() const {
+  if (model->whole()) return model->weights().tied();
+  return model->config().tie_word_embeddings && !cfg.rotate.on;
 }
 
 }  // namespace sinkq::runtime

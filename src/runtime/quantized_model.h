@@ -72,8 +72,14 @@ struct QuantizedModel {
   std::vector<int> attach(Forward& fwd) const;
   // e.g. "W4 per-channel sym | A8 dynamic per-token sym | rotate seed=0 | prefix 3 tokens"
   std::string describe() const;
-  // Packed weight bytes (codes, scales, zero points of every linear, and of the int8 head's tables).
+  // Packed weight bytes (codes, scales, zero points of every linear, and of the int8 head's tables)
+  // this model holds; a pipeline stage counts the tables the artifact takes from it (stage_tensors),
+  // so the stages' counts add up to the whole model's.
   size_t packed_bytes() const;
+  // Whether one table serves the embeddings and the LM head. A pipeline stage holds at most one
+  // end, so it cannot compare the two: the source's tying, which only the rotation undoes (the
+  // embeddings and the norm-scaled head rotate differently), says it there.
+  bool tied() const;
 };
 
 struct QuantizeOptions {

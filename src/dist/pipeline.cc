@@ -253,6 +253,45 @@ PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, co
   return totals.result();
 }
 
+// ---- layer-at-a-time work over the stages (model.h StageHandoff) ----
+
+namespace {
+
+class Handoff final : public StageHandoff {
+ public:
+  void receive(float* x, size_t n) override {
+    recv(x, n * sizeof(float), rank() - 1, kTagStage, "a stage's input activations");
+  }
+  void send(const float* x, size_t n) override {
+    dist::send(x, n * sizeof(float), rank() + 1, kTagStage, "a stage's output activations");
+  }
+  nlohmann::json gather_layers(nlohmann::json records) override {
+    if (rank() > 0) {
+      const std::string s = records.dump();
+      const uint64_t n = s.size();
+      dist::send(&n, sizeof n, 0, kTagRecords, "a calibration report's layers");
+      dist::send(s.data(), n, 0, kTagRecords, "a calibration report's layers");
+      return records;
+    }
+    for (int r = 1; r < size(); ++r) {
+      uint64_t n = 0;
+      recv(&n, sizeof n, r, kTagRecords, "a calibration report's layers");
+      std::string s(n, '\0');
+      recv(s.data(), n, r, kTagRecords, "a calibration report's layers");
+      const nlohmann::json theirs = nlohmann::json::parse(s);
+      SINKQ_CHECK(theirs.is_array() && theirs.size() == records.size(), "rank {}: a calibration report of {} layers",
+                  r, theirs.size());
+      for (size_t l = 0; l < records.size(); ++l)
+        if (!theirs[l].is_null()) records[l] = theirs[l];
+    }
+    return records;
+  }
+};
+
+}  // namespace
+
+void install_handoff() { set_stage_handoff(std::make_shared<Handoff>()); }
+
 // ---- the later stages ----
 
 void worker(const MakeForward& make) {

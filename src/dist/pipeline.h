@@ -58,6 +58,9 @@ std::shared_ptr<StageLink> make_link(const Forward& fwd);
 // consecutive windows at once. KLD is not distributed (error).
 PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt);
 
+// Installs the StageHandoff (model/model.h) of this rank: init() does, under mpirun.
+void install_handoff();
+
 // Rank 0 at the end of the job (finish()): tells every other rank to stop.
 void stop_workers();
 // "layers [b, e) of L" for this rank's stage (stage_of), or "no stage" before one was chosen.

@@ -96,13 +96,20 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
     artifact_json_ = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"));
     if (prefix_) prefix_json_ = artifact_json_.at("recipe").at("prefix");
   } else {
-    // Per-layer steps run on each stage (rotation, round-to-nearest weights, the packed head,
-    // dynamic activations and KV); what needs calibration data or the whole model does not yet.
+    // build_sim on each stage: rotation, weights, the packed head and the prefix's KV rows per
+    // layer; the clip grid and the static scale searches layer by layer, each stage's inputs from
+    // the previous one (model.h StageHandoff). Not over stages yet: what needs the whole model at
+    // once (CrossQuant's column calibration, KVQuant's Fisher codebooks, block-wise fine-tuning,
+    // IntactKV+Cal's prefix training, --prefix auto's outlier search).
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
-    SINKQ_CHECK(!r.needs_calibration() && !r.kv.vector() && !r.prefix.requested(),
-                "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and run the "
-                "artifact over the ranks", r.needs_calibration() ? r.calibration_needed_by()
-                : r.kv.vector() ? std::string("--kv-codebook") : std::string("--prefix"), r.describe());
+    const char* whole = r.act_cross_static()        ? "--a-cross-cols static"
+                        : r.kv.vector()             ? "--kv-codebook"
+                        : r.finetune.on()           ? "--finetune"
+                        : r.prefix.train_epochs > 0 ? "--prefix-train"
+                        : r.prefix.spec == "auto"   ? "--prefix auto"
+                                                    : nullptr;
+    SINKQ_CHECK(!whole, "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and "
+                "run the artifact over the ranks", whole, r.describe());
     runtime_ = Runtime::Simulated;
     source_ = Model::load(path, stage);
     tokenizer_ = tokenizer_of(path, opt);

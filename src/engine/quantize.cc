@@ -28,6 +28,44 @@ void send_stage(const runtime::StageTensors& st) {
   for (const TensorToWrite& t : st.tensors) dist::send(t.bytes.data(), t.bytes.size(), 0, dist::kTagTensor, t.name);
 }
 
+// The prefix's KV rows of every layer on rank 0 (each stage computed its own layers'); the other
+// ranks send theirs. Rank 0 returns the whole prefix, the others their own.
+std::shared_ptr<const KvPrefix> gather_prefix(const std::shared_ptr<const KvPrefix>& p, const Model& m) {
+  if (!p || !dist::active()) return p;
+  const int64_t rows = p->size() * p->kv_dim();  // one layer's
+  const LayerRange& st = m.stage();
+  if (dist::rank() > 0) {
+    const int64_t range[2] = {st.begin, st.end};
+    dist::send(range, sizeof range, 0, dist::kTagPrefix, "the stage's prefix layers");
+    for (int l = st.begin; l < st.end; ++l) {
+      const KvSegment s = p->segment(l);
+      dist::send(s.k, size_t(rows) * sizeof(float), 0, dist::kTagPrefix, "the prefix's K rows");
+      dist::send(s.v, size_t(rows) * sizeof(float), 0, dist::kTagPrefix, "the prefix's V rows");
+    }
+    return p;
+  }
+  const int L = p->num_layers();
+  std::vector<float> k(size_t(L * rows)), v(size_t(L * rows));
+  auto take = [&](int l, const float* ks, const float* vs) {
+    std::copy(ks, ks + rows, k.data() + l * rows);
+    std::copy(vs, vs + rows, v.data() + l * rows);
+  };
+  for (int l = st.begin; l < st.end; ++l) take(l, p->segment(l).k, p->segment(l).v);
+  for (int r = 1; r < dist::size(); ++r) {
+    int64_t range[2] = {0, 0};
+    dist::recv(range, sizeof range, r, dist::kTagPrefix, "a stage's prefix layers");
+    SINKQ_CHECK(range[0] >= 0 && range[0] < range[1] && range[1] <= L, "rank {}: prefix layers [{}, {})", r, range[0],
+                range[1]);
+    std::vector<float> ks(static_cast<size_t>(rows)), vs(static_cast<size_t>(rows));
+    for (int64_t l = range[0]; l < range[1]; ++l) {
+      dist::recv(ks.data(), ks.size() * sizeof(float), r, dist::kTagPrefix, "a stage's prefix K rows");
+      dist::recv(vs.data(), vs.size() * sizeof(float), r, dist::kTagPrefix, "a stage's prefix V rows");
+      take(int(l), ks.data(), vs.data());
+    }
+  }
+  return KvPrefix::from_rows(p->tokens(), L, p->kv_dim(), std::move(k), std::move(v));
+}
+
 // Rank 0: the other stages' tensors for write_artifact.
 runtime::WriteOptions::Remote receive_stages() {
   runtime::WriteOptions::Remote r;
@@ -83,7 +121,8 @@ nlohmann::json quantize_artifact(const std::string& model_path, const std::strin
   std::fprintf(stderr, "quantize: packing the linear layers\n");
   runtime::QuantizeOptions qo;
   qo.fp_dtype = resolve_fp_dtype(opt.fp_dtype, model.weights().embed.dtype, opt.fp_dtype_name);
-  const runtime::QuantizedModel qm = engine->pack(qo);
+  runtime::QuantizedModel qm = engine->pack(qo);
+  qm.prefix = gather_prefix(qm.prefix, *qm.model);  // under mpirun: every layer's rows on rank 0
   // The whole model's packed bytes (each stage counts what the artifact takes from it).
   const int64_t packed_bytes = dist::sum_over_ranks(int64_t(qm.packed_bytes()));
   runtime::WriteOptions wo;

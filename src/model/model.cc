@@ -293,6 +293,34 @@ std::shared_ptr<const KvPrefix> KvPrefix::from_rows(std::vector<int32_t> tokens,
   return p;
 }
 
+namespace {
+std::shared_ptr<StageHandoff> g_handoff;
+}  // namespace
+
+void set_stage_handoff(std::shared_ptr<StageHandoff> h) { g_handoff = std::move(h); }
+
+StageHandoff& stage_handoff() {
+  SINKQ_CHECK(g_handoff != nullptr, "this model is one pipeline stage, and no other stage is connected (mpirun)");
+  return *g_handoff;
+}
+
+std::vector<std::vector<float>> stage_inputs(Forward& fwd, std::span<const std::vector<int32_t>> seqs) {
+  const int64_t H = fwd.model().config().hidden_size;
+  std::vector<std::vector<float>> xs;
+  for (const auto& s : seqs) {
+    std::vector<float> x(s.size() * size_t(H));
+    if (fwd.model().stage().first()) fwd.embed(s, x.data());
+    else stage_handoff().receive(x.data(), x.size());
+    xs.push_back(std::move(x));
+  }
+  return xs;
+}
+
+void stage_outputs(const Model& m, const std::vector<std::vector<float>>& xs) {
+  if (m.stage().last(m.config().num_layers)) return;
+  for (const auto& x : xs) stage_handoff().send(x.data(), x.size());
+}
+
 std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,
                                                   const std::function<void(Forward&)>& prepare) {
   SINKQ_CHECK(!tokens.empty(), "the KV prefix is empty");
@@ -300,17 +328,26 @@ std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> m
   const int64_t P = int64_t(tokens.size());
   SINKQ_CHECK(P < c.max_position_embeddings, "a KV prefix of {} tokens leaves no room in max_position_embeddings ({})",
               P, c.max_position_embeddings);
-  SINKQ_CHECK(model->whole(), "a KV prefix is computed on the whole model, not one pipeline stage");
   Forward fwd(model, P);
   if (prepare) prepare(fwd);
-  fwd.step(tokens, false);
+  const LayerRange& st = model->stage();
+  if (model->whole()) {
+    fwd.step(tokens, false);
+  } else {
+    // A pipeline stage: its own layers' rows (the same per-layer code as step()); the rows of the
+    // other stages' layers stay zero here — each stage reads only its own.
+    const std::vector<int32_t> one(tokens);
+    std::vector<std::vector<float>> xs = stage_inputs(fwd, std::span(&one, 1));
+    for (int l = st.begin; l < st.end_of(c.num_layers); ++l) fwd.run_layer(l, tokens, xs[0].data());
+    stage_outputs(*model, xs);
+  }
   auto p = std::make_shared<KvPrefix>();
   p->num_layers_ = c.num_layers;
   p->kv_dim_ = c.kv_dim();
   const size_t per_layer = size_t(P * c.kv_dim());
   p->k_.resize(per_layer * size_t(c.num_layers));
   p->v_.resize(per_layer * size_t(c.num_layers));
-  for (int l = 0; l < c.num_layers; ++l) {
+  for (int l = st.begin; l < st.end_of(c.num_layers); ++l) {
     std::copy(fwd.cache().k(l), fwd.cache().k(l) + per_layer, p->k_.data() + per_layer * size_t(l));
     std::copy(fwd.cache().v(l), fwd.cache().v(l) + per_layer, p->v_.data() + per_layer * size_t(l));
   }

@@ -1,6 +1,8 @@
 // sinkq/model/model.h — a loaded model (config + weights + RoPE table) and its forward pass.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -75,6 +77,27 @@ class StageLink {
   virtual void forward(std::span<const int32_t> tokens, int64_t body_past, const float* x, int64_t first_row,
                        float* logits_out) = 0;
 };
+
+// Layer-at-a-time work on a model split into pipeline stages (calibration, a prefix's KV rows):
+// the activations entering a stage's first layer come from the previous stage, those leaving its
+// last layer go to the next. dist/ installs it under mpirun (null otherwise: no stages).
+class StageHandoff {
+ public:
+  virtual ~StageHandoff() = default;
+  virtual void receive(float* x, size_t n) = 0;     // from the previous stage
+  virtual void send(const float* x, size_t n) = 0;  // to the next stage
+  // Per-layer records of a calibration report ([num_layers], null where another stage holds the
+  // layer): every stage's filled in on the first stage (the others get theirs back unchanged).
+  virtual nlohmann::json gather_layers(nlohmann::json records) = 0;
+};
+void set_stage_handoff(std::shared_ptr<StageHandoff> h);
+StageHandoff& stage_handoff();  // error when none is installed (a stage outside mpirun)
+
+// The inputs of a stage's first layer for each sequence of `seqs` ([len, hidden] each): the
+// embeddings on the first stage (fwd.embed), else received from the previous stage; and the
+// outputs of its last layer handed to the next stage (nothing on the last stage).
+std::vector<std::vector<float>> stage_inputs(Forward& fwd, std::span<const std::vector<int32_t>> seqs);
+void stage_outputs(const Model& m, const std::vector<std::vector<float>>& xs);
 
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
 // share the code; the KV cache grows with every call.

@@ -159,18 +159,6 @@ int64_t max_len(std::span<const std::vector<int32_t>> calib) {
   return m;
 }
 
-// Hidden states of every sample at the input of layer 0 (the embedding rows).
-std::vector<std::vector<float>> embed_all(Forward& fwd, std::span<const std::vector<int32_t>> calib) {
-  const int64_t H = fwd.model().config().hidden_size;
-  std::vector<std::vector<float>> xs;
-  for (const auto& s : calib) {
-    std::vector<float> x(s.size() * size_t(H));
-    fwd.embed(s, x.data());
-    xs.push_back(std::move(x));
-  }
-  return xs;
-}
-
 // Step 2 of build_sim: the weight clip search, layer by layer on the fp (rotated) model.
 }  // namespace
 
@@ -202,14 +190,21 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
   }
 
   const int64_t feat[4] = {mc.hidden_size, mc.q_dim(), mc.hidden_size, mc.intermediate_size};
-  std::vector<std::vector<float>> xs = embed_all(fwd, calib);
+  // A pipeline stage (model.h StageHandoff) searches its own layers: its inputs come from the
+  // previous stage, and the report's per-layer records are gathered on the first stage.
+  const LayerRange& stage = fp->stage();
+  std::vector<std::vector<float>> xs = stage_inputs(fwd, calib);
   ModelClipRatios out(size_t(mc.num_layers));
-  std::map<float, int64_t> histogram;
-  json mean_ratio = json::array(), rel_error = json::array();
-  double sum_chosen = 0, sum_r1 = 0;
+  json records = json::array();  // per layer: per matrix mean ratio, error, chosen / r1 sums; histogram
   const auto& grid = cfg.calib.grid;
   const auto one = std::find(grid.begin(), grid.end(), 1.0f);
   for (int l = 0; l < mc.num_layers; ++l) {
+    if (!stage.holds(l, mc.num_layers)) {
+      records.push_back(nullptr);
+      continue;
+    }
+    std::map<float, int64_t> layer_hist;
+    json sums = json::array();
     // Capture the selected rows of the four linear inputs of layer l while the fp layer runs.
     std::vector<float> X[4];
     size_t cur = 0;
@@ -237,6 +232,7 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
       if (!ws.on() || !ws.clip_grid) {  // a weight rule gives this matrix a fixed ratio (or none)
         lm.push_back(nullptr);
         le.push_back(nullptr);
+        sums.push_back(nullptr);
         out[size_t(l)].emplace_back();
         continue;
       }
@@ -249,19 +245,37 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
       const size_t entries = r.ratios.r.size();
       for (size_t k = 0; k < entries; ++k) {
         mean += r.ratios.r[k];
-        ++histogram[r.ratios.r[k]];
+        ++layer_hist[r.ratios.r[k]];
         chosen += r.chosen[k];
         if (one != grid.end()) r1 += r.objective[size_t(one - grid.begin()) * entries + k];
       }
       lm.push_back(round4(mean / double(entries)));
       le.push_back(one != grid.end() && r1 > 0 ? json(round4(chosen / r1)) : json(nullptr));
-      sum_chosen += chosen;
-      sum_r1 += r1;
+      sums.push_back({chosen, r1});
       out[size_t(l)].push_back(std::move(r.ratios));
     }
-    mean_ratio.push_back(lm);
-    rel_error.push_back(le);
+    json h = json::array();
+    for (const auto& [ratio, count] : layer_hist) h.push_back({ratio, count});
+    records.push_back({{"mean", lm}, {"error", le}, {"sums", sums}, {"histogram", h}});
     if (progress) progress("weight clip search, layer", l + 1, mc.num_layers);
+  }
+  stage_outputs(*fp, xs);
+  if (!fp->whole()) records = stage_handoff().gather_layers(std::move(records));
+  // The report from the layers' records, in layer order (one process or a pipeline's first stage:
+  // the same sums in the same order).
+  std::map<float, int64_t> histogram;
+  json mean_ratio = json::array(), rel_error = json::array();
+  double sum_chosen = 0, sum_r1 = 0;
+  for (const json& rec : records) {
+    if (rec.is_null()) continue;  // another stage's layer, on a stage that is not the first
+    mean_ratio.push_back(rec["mean"]);
+    rel_error.push_back(rec["error"]);
+    for (const json& s : rec["sums"])
+      if (!s.is_null()) {
+        sum_chosen += s[0].get<double>();
+        sum_r1 += s[1].get<double>();
+      }
+    for (const json& e : rec["histogram"]) histogram[e[0].get<float>()] += e[1].get<int64_t>();
   }
   json hist = json::object();
   int64_t entries = 0, clipped = 0;
@@ -291,6 +305,7 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
                                    const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
                                    json& report) {
   SINKQ_CHECK(cfg.act_cross_static(), "calibrate_cross_columns: the recipe has no static CrossQuant columns");
+  SINKQ_CHECK(fp->whole(), "--a-cross-cols static is not calibrated over pipeline stages yet (mpirun)");
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib);
   // Decision: the column maxima come from the fp (rotated) model, not layer by layer from the
@@ -384,7 +399,8 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
     });
   }
 
-  std::vector<std::vector<float>> xq = embed_all(fq, calib), target(calib.size());
+  const LayerRange& stage = qmodel->stage();  // a pipeline stage searches its own layers
+  std::vector<std::vector<float>> xq = stage_inputs(fq, calib), target(calib.size());
   int64_t count = 0;
   for (const auto& s : calib) count += int64_t(s.size()) * H;
   // Block-output MSE of fq's layer l against the targets, from the current inputs.
@@ -403,8 +419,13 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
   };
 
   std::vector<StaticQuant> statics;
-  std::map<Site, json> rep;  // per site: ratio / mse / mse_at_1 / scale arrays over layers
+  json records = json::array();  // per layer, per site: ratio, mse, mse_at_1 (, scale)
   for (int l = 0; l < mc.num_layers; ++l) {
+    if (!stage.holds(l, mc.num_layers)) {
+      records.push_back(nullptr);
+      continue;
+    }
+    json rec = json::object();
     for (auto& [s, slot] : slots) slot->state = Slot::State::Off;
     for (size_t s = 0; s < calib.size(); ++s) {
       target[s] = xq[s];
@@ -445,15 +466,28 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
       slot.params = cand[best];
       statics.push_back(StaticQuant{site, l, slot.spec, slot.params});
       const auto one = std::find(grid.begin(), grid.end(), 1.0f);
-      json& r = rep[site];
-      r["ratio"].push_back(json_float(grid[best]));
-      r["mse"].push_back(mse[best]);
-      r["mse_at_1"].push_back(one != grid.end() ? json(mse[size_t(one - grid.begin())]) : json(nullptr));
-      if (slot.params.scale.size() == 1) r["scale"].push_back(slot.params.scale[0]);
+      json& r = rec[std::string(site_name(site))];
+      r["ratio"] = json_float(grid[best]);
+      r["mse"] = mse[best];
+      r["mse_at_1"] = one != grid.end() ? json(mse[size_t(one - grid.begin())]) : json(nullptr);
+      if (slot.params.scale.size() == 1) r["scale"] = slot.params.scale[0];
     }
+    records.push_back(std::move(rec));
     // The quantized block's output is the next block's input.
     for (size_t s = 0; s < calib.size(); ++s) fq.run_layer(l, calib[s], xq[s].data());
     if (progress) progress("static scale search, layer", l + 1, mc.num_layers);
+  }
+  stage_outputs(*qmodel, xq);
+  if (!qmodel->whole()) records = stage_handoff().gather_layers(std::move(records));
+  std::map<Site, json> rep;  // per site: ratio / mse / mse_at_1 / scale arrays over layers
+  for (const json& rec : records) {
+    if (rec.is_null()) continue;  // another stage's layer, on a stage that is not the first
+    for (Site site : order) {
+      const json& r = rec.at(std::string(site_name(site)));
+      json& out = rep[site];
+      for (const char* k : {"ratio", "mse", "mse_at_1", "scale"})
+        if (r.contains(k)) out[k].push_back(r[k]);
+    }
   }
   json acts = json::object(), kvs = json::object();
   for (auto& [site, r] : rep) ((site == Site::K || site == Site::V) ? kvs : acts)[std::string(site_name(site))] = r;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -361,10 +362,72 @@ TEST(Mpirun, MismatchedLaunchesEndEveryRankWithAnError) {
   r = run(2, {"inspect", "-m", mixtext()});
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("sinkq inspect does not run under mpirun -np 2"), std::string::npos) << r.err;
-  // A recipe that needs the whole model.
-  r = run(2, {"ppl", "-m", mixtext(), "-f", shared_dir() + "/data/wikitext-2/wiki.test.tokens", "--preset", "w8a8"});
+  // A recipe that needs the whole model at once.
+  r = run(2, {"ppl", "-m", mixtext(), "-f", shared_dir() + "/data/wikitext-2/wiki.test.tokens", "--preset",
+              "kvquant-4bit", "--calib", shared_dir() + "/data/wikitext-2/wiki.valid.tokens", "--calib-samples", "2",
+              "--calib-len", "32"});
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("quantize it first"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--kv-codebook is not distributed yet"), std::string::npos) << r.err;
+}
+
+// Every file of two artifact directories, byte for byte.
+void expect_same_files(const std::string& a, const std::string& b) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(a)) names.push_back(e.path().filename());
+  std::sort(names.begin(), names.end());
+  ASSERT_FALSE(names.empty()) << a;
+  size_t in_b = 0;
+  for (const auto& e : std::filesystem::directory_iterator(b)) (void)e, ++in_b;
+  EXPECT_EQ(in_b, names.size()) << b;
+  for (const std::string& n : names)
+    EXPECT_TRUE(read_file(a + "/" + n) == read_file(b + "/" + n)) << n << " differs between " << a << " and " << b;
+}
+
+TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
+  testing::TempDir tmp;
+  const std::string calib = shared_dir() + "/data/wikitext-2/wiki.valid.tokens";
+  struct Case {
+    std::string name, model;
+    std::vector<std::string> flags;
+  };
+  const Case cases[] = {
+      // Calibrated over the stages: rotation, the [BOS] prefix's rows, the weight clip grid and the
+      // static activation / KV scale searches (PrefixQuant), on mixtext (untied) and SmolLM2 (tied)
+      // with the int8 head.
+      {"pq-mixtext", mixtext(), {"--preset", "prefixquant-w4a4kv4", "--prefix", "bos", "--calib", calib,
+                                 "--calib-samples", "3", "--calib-len", "48"}},
+      {"pq-smollm2", smollm2(), {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
+                                 "--calib", calib, "--calib-samples", "1", "--calib-len", "16"}},
+      // Without calibration: round to nearest, the int4 head (tied table on the first stage).
+      {"rtn-smollm2", smollm2(), {"--preset", "w4a8kv4", "--head-bits", "4"}},
+  };
+  for (const Case& c : cases) {
+    auto args = [&](const std::string& out) {
+      std::vector<std::string> a = {"quantize", "-m", c.model, "-o", out, "--threads", "1"};
+      a.insert(a.end(), c.flags.begin(), c.flags.end());
+      return a;
+    };
+    const std::string one = tmp.file(c.name + "-1");
+    const JobRun r1 = run(0, args(one));
+    ASSERT_EQ(r1.rc, 0) << r1.err;
+    for (int np : {2, 3}) {
+      const std::string out = tmp.file(c.name + "-" + std::to_string(np));
+      const JobRun r = run(np, args(out));
+      ASSERT_EQ(r.rc, 0) << c.name << " -np " << np << ": " << r.err;
+      expect_same_files(one, out);
+    }
+  }
+  // The same recipe simulated over the stages: the same perplexity as in one process.
+  std::vector<std::string> sim = ppl_args(mixtext(), 64, 3);
+  sim.insert(sim.end(), cases[0].flags.begin(), cases[0].flags.end());
+  const std::string want = ppl_figures(run(0, sim));
+  EXPECT_EQ(ppl_figures(run(2, sim)), want);
+  // What needs the whole model at once is refused, naming the flag.
+  const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("auto"), "--preset", "prefixquant-w4a4kv4",
+                           "--calib", calib, "--calib-samples", "2", "--calib-len", "32"});
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--prefix auto is not distributed yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("auto")));
 }
 
 // The pid of rank `rank` of a running mpirun job of this binary (its environment names the rank).

@@ -107,6 +107,18 @@ OutlierFinder::OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok) : f
 
 OutlierFinder::~OutlierFinder() { fwd_.hooks().remove(handle_); }
 
+nlohmann::json OutlierFinder::rows_json(int layer) const {
+  nlohmann::json j = nlohmann::json::array();
+  for (const Row& r : rows_.at(size_t(layer))) j.push_back({r.position, r.token_id, r.max});
+  return j;
+}
+
+void OutlierFinder::set_rows(int layer, const nlohmann::json& rows) {
+  std::vector<Row>& out = rows_.at(size_t(layer));
+  out.clear();
+  for (const auto& r : rows) out.push_back({r.at(0).get<int64_t>(), r.at(1).get<int32_t>(), r.at(2).get<float>()});
+}
+
 void OutlierFinder::end_sequence() {
   const int64_t sample = stats_.sequences++;
   std::set<int64_t> positions;  // outlier in at least one layer
@@ -164,6 +176,30 @@ void OutlierFinder::end_sequence() {
 OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
                                  const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress) {
   OutlierFinder finder(fwd, eta, tok);
+  const Model& m = fwd.model();
+  if (!m.whole()) {
+    // A pipeline stage (model.h StageHandoff): each sample through this stage's layers, its rows
+    // gathered on the first stage, which counts them as one process does (the others' stats
+    // hold their own layers only).
+    const LayerRange& st = m.stage();
+    const int L = m.config().num_layers;
+    for (size_t i = 0; i < samples.size(); ++i) {
+      SINKQ_CHECK(!samples[i].empty(), "outlier tokens: sample {} is empty", i);
+      fwd.reset();
+      std::vector<std::vector<float>> xs = stage_inputs(fwd, std::span(&samples[i], 1));
+      for (int l = st.begin; l < st.end_of(L); ++l) fwd.run_layer(l, samples[i], xs[0].data());
+      stage_outputs(m, xs);
+      nlohmann::json rec = nlohmann::json::array();
+      for (int l = 0; l < L; ++l) rec.push_back(st.holds(l, L) ? finder.rows_json(l) : nlohmann::json());
+      rec = stage_handoff().gather_layers(std::move(rec));
+      if (st.first())
+        for (int l = 0; l < L; ++l)
+          if (!st.holds(l, L)) finder.set_rows(l, rec.at(size_t(l)));
+      finder.end_sequence();
+      if (progress) progress(int64_t(i + 1), int64_t(samples.size()));
+    }
+    return finder.stats();
+  }
   for (size_t i = 0; i < samples.size(); ++i) {
     SINKQ_CHECK(!samples[i].empty(), "outlier tokens: sample {} is empty", i);
     fwd.reset();

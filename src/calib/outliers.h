@@ -84,6 +84,10 @@ class OutlierFinder {
 
   void end_sequence();
   const OutlierStats& stats() const { return stats_; }  // complete after the last end_sequence()
+  // A pipeline stage's share (dist/): layer l's rows of the current sequence as JSON
+  // [[position, id, max], ...], and another stage's rows put in before end_sequence().
+  nlohmann::json rows_json(int layer) const;
+  void set_rows(int layer, const nlohmann::json& rows);
 
  private:
   Forward& fwd_;

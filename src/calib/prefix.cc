@@ -188,6 +188,9 @@ FoundPrefix find_prefix(Forward& fwd, const std::vector<std::vector<int32_t>>& s
   FoundPrefix f;
   f.stats = find_outlier_tokens(fwd, samples, eta, tok, progress);
   f.o = f.stats.outlier_number();
+  // A later pipeline stage's stats hold its own layers only: the first stage chooses (its count
+  // every layer) and hands the tokens on (quant/pipeline.cc).
+  if (!fwd.model().stage().first()) return f;
   int64_t non_initial = 0;
   for (const OutlierToken& t : f.stats.tokens) non_initial += t.position != 0;
   f.initial_only = !f.stats.tokens.empty() && non_initial == 0;

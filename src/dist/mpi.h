@@ -20,7 +20,7 @@ enum Tag : int {
   kTagHeader = 1, kTagIds = 2, kTagX = 3, kTagLogits = 4, kTagScore = 5,  // pipeline stages
   kTagSpecs = 6, kTagTensor = 7, kTagPrefix = 8,                          // quantize
   kTagSum = 9,                                                            // sum_over_ranks
-  kTagStage = 10, kTagRecords = 11,                                       // StageHandoff (calibration)
+  kTagStage = 10, kTagRecords = 11, kTagFromFirst = 12,                   // StageHandoff (calibration)
 };
 
 // Called once by main() before anything else runs. Under an MPI launcher with more than one rank:

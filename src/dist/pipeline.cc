@@ -286,6 +286,22 @@ class Handoff final : public StageHandoff {
     }
     return records;
   }
+  nlohmann::json from_first(nlohmann::json j) override {
+    if (rank() == 0) {
+      const std::string s = j.dump();
+      const uint64_t n = s.size();
+      for (int r = 1; r < size(); ++r) {
+        dist::send(&n, sizeof n, r, kTagFromFirst, "rank 0's result");
+        dist::send(s.data(), n, r, kTagFromFirst, "rank 0's result");
+      }
+      return j;
+    }
+    uint64_t n = 0;
+    recv(&n, sizeof n, 0, kTagFromFirst, "rank 0's result");
+    std::string s(n, '\0');
+    recv(s.data(), n, 0, kTagFromFirst, "rank 0's result");
+    return nlohmann::json::parse(s);
+  }
 };
 
 }  // namespace

@@ -100,13 +100,12 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
     // layer; the clip grid and the static scale searches layer by layer, each stage's inputs from
     // the previous one (model.h StageHandoff). Not over stages yet: what needs the whole model at
     // once (CrossQuant's column calibration, KVQuant's Fisher codebooks, block-wise fine-tuning,
-    // IntactKV+Cal's prefix training, --prefix auto's outlier search).
+    // IntactKV+Cal's prefix training).
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
     const char* whole = r.act_cross_static()        ? "--a-cross-cols static"
                         : r.kv.vector()             ? "--kv-codebook"
                         : r.finetune.on()           ? "--finetune"
                         : r.prefix.train_epochs > 0 ? "--prefix-train"
-                        : r.prefix.spec == "auto"   ? "--prefix auto"
                                                     : nullptr;
     SINKQ_CHECK(!whole, "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and "
                 "run the artifact over the ranks", whole, r.describe());

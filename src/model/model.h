@@ -89,6 +89,8 @@ class StageHandoff {
   // Per-layer records of a calibration report ([num_layers], null where another stage holds the
   // layer): every stage's filled in on the first stage (the others get theirs back unchanged).
   virtual nlohmann::json gather_layers(nlohmann::json records) = 0;
+  // The first stage's `j` on every stage (what it alone could compute, e.g. the found prefix).
+  virtual nlohmann::json from_first(nlohmann::json j) = 0;
 };
 void set_stage_handoff(std::shared_ptr<StageHandoff> h);
 StageHandoff& stage_handoff();  // error when none is installed (a stage outside mpirun)

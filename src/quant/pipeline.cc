@@ -57,8 +57,12 @@ Pipeline run_pipeline(Recipe qcfg, std::shared_ptr<const Model> model, const Tok
       pj["how"] = fmt::format("PrefixQuant §5.1 on {} calibration samples (eta {})", out.calib.samples.size(),
                               qcfg.prefix.eta);
       pj["found"] = found.to_json(&tok);
-      std::fprintf(stderr, "%.*s: prefix auto: o = %d, tokens %s\n", int(log.size()), log.data(), found.o,
-                   tokens_text(found.tokens, tok).c_str());
+      if (!model->whole()) {  // a pipeline stage: the first stage counted every layer (calib/outliers.h)
+        pj = stage_handoff().from_first(std::move(pj));
+        qcfg.prefix.tokens = pj["found"]["tokens"].get<std::vector<int32_t>>();
+      }
+      std::fprintf(stderr, "%.*s: prefix auto: o = %d, tokens %s\n", int(log.size()), log.data(),
+                   pj["found"]["o"].get<int>(), tokens_text(qcfg.prefix.tokens, tok).c_str());
     } else {
       qcfg.prefix.tokens = prefix_tokens(spec, tok, model->dir());
       pj["how"] = spec.kind == PrefixSpec::Kind::Bos      ? "[BOS] (IntactKV[B])"

@@ -391,11 +391,11 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
     std::vector<std::string> flags;
   };
   const Case cases[] = {
-      // Calibrated over the stages: rotation, the [BOS] prefix's rows, the weight clip grid and the
-      // static activation / KV scale searches (PrefixQuant), on mixtext (untied) and SmolLM2 (tied)
-      // with the int8 head.
-      {"pq-mixtext", mixtext(), {"--preset", "prefixquant-w4a4kv4", "--prefix", "bos", "--calib", calib,
-                                 "--calib-samples", "3", "--calib-len", "48"}},
+      // Calibrated over the stages: rotation, the prefix (auto: the outlier-token search's rows
+      // gathered on rank 0; bos) and its KV rows, the weight clip grid and the static activation /
+      // KV scale searches (PrefixQuant), on mixtext (untied) and SmolLM2 (tied) with the int8 head.
+      {"pq-mixtext", mixtext(), {"--preset", "prefixquant-w4a4kv4", "--calib", calib, "--calib-samples", "3",
+                                 "--calib-len", "48"}},
       {"pq-smollm2", smollm2(), {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
                                  "--calib", calib, "--calib-samples", "1", "--calib-len", "16"}},
       // Without calibration: round to nearest, the int4 head (tied table on the first stage).
@@ -423,11 +423,12 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
   const std::string want = ppl_figures(run(0, sim));
   EXPECT_EQ(ppl_figures(run(2, sim)), want);
   // What needs the whole model at once is refused, naming the flag.
-  const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("auto"), "--preset", "prefixquant-w4a4kv4",
-                           "--calib", calib, "--calib-samples", "2", "--calib-len", "32"});
+  const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("cross"), "--preset", "w8a8", "--a-quant",
+                           "cross", "--a-cross-cols", "static", "--calib", calib, "--calib-samples", "2",
+                           "--calib-len", "32"});
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--prefix auto is not distributed yet"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(tmp.file("auto")));
+  EXPECT_NE(r.err.find("--a-cross-cols static is not distributed yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("cross")));
 }
 
 // The pid of rank `rank` of a running mpirun job of this binary (its environment names the rank).

@@ -44,3 +44,10 @@ echo
 echo "== speed and memory: prefill 128 tokens, decode 32 (median of 3), this host's ISA"
 $S bench -m "$G" --prefill 128 --decode 32 --reps 3 --no-profile --no-hook-probe 2>/dev/null
 $S bench -m "$A" --prefill 128 --decode 32 --reps 3 --no-profile --no-hook-probe 2>/dev/null
+
+echo
+echo "== the artifact over 2 MPI ranks (mpirun; docs/scale.md): each rank holds half of the layers;"
+echo "   the perplexity equals the one-process figure above bit for bit"
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun --oversubscribe -np 2 $S ppl -m "$A" -f "$TEXT" --ctx 512 --max-windows 8 --threads 1 2>&1 |
+  grep -E "^mean NLL|peak RSS"

@@ -150,6 +150,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   nlohmann::json prefix_json_, artifact_json_;
   std::shared_ptr<const quant::Pipeline> pipeline_;
   std::shared_ptr<const runtime::QuantizedModel> packed_;
+  bool reference_of_ = false;  // reference()'s: under mpirun its sessions are model 1 of the stages
 };
 
 // `sinkq quantize` as one library call (the CLI and the Python module both run it): checks that

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <array>
 #include <map>
 
 #include "core/error.h"
@@ -23,19 +24,22 @@ namespace {
 // The messages between stages: a fixed header, then for Step the token ids and targets [2T]
 // (int32) and the activations [T, hidden] (fp32); the last stage answers rank 0 with logits or a
 // window's NLL sum. MPI keeps the order of messages between two ranks with one tag.
-enum class Op : int64_t { Step = 1, Close = 2, Stop = 3 };
-enum class Want : int64_t { Nothing = 0, Logits = 1, Score = 2 };
+enum class Op : int64_t { Step = 1, Close = 2, Stop = 3, OpenReference = 4 };
+// Score: the window's NLL sum (and with a kept reference, its KL sum) to rank 0 at its end;
+// KeepReference: the reference model's logits of the window kept on the last stage for that.
+enum class Want : int64_t { Nothing = 0, Logits = 1, Score = 2, KeepReference = 3 };
 constexpr int64_t kMagic = 0x73696e6b712d7070;  // "sinkq-pp"
 
 struct Header {
   int64_t magic = kMagic;
   Op op = Op::Step;
+  int64_t model = 0;  // 0: the engine's model, 1: its full-precision reference (--kld)
   int64_t session = 0, capacity = 0, max_batch = 0;
   int64_t body_past = 0, T = 0, first_row = 0;
   Want want = Want::Nothing;
   int64_t window_end = 0;  // Score: the window's sum goes to rank 0 after this chunk
 };
-static_assert(sizeof(Header) == 80);
+static_assert(sizeof(Header) == 88);
 
 void send_header(const Header& h, int dest) { send(&h, sizeof h, dest, kTagHeader, "a chunk's header"); }
 
@@ -149,8 +153,9 @@ int64_t g_next_session = 1;
 
 class Link final : public StageLink {
  public:
-  Link(int64_t capacity, int64_t max_batch, int64_t hidden, int64_t vocab)
-      : session_(g_next_session++), capacity_(capacity), max_batch_(max_batch), hidden_(hidden), vocab_(vocab) {}
+  Link(int model, int64_t capacity, int64_t max_batch, int64_t hidden, int64_t vocab)
+      : model_(model), session_(g_next_session++), capacity_(capacity), max_batch_(max_batch), hidden_(hidden),
+        vocab_(vocab) {}
   ~Link() override {
     if (!active()) return;
     Header h;
@@ -166,6 +171,7 @@ class Link final : public StageLink {
   void forward(std::span<const int32_t> tokens, int64_t body_past, const float* x, int64_t first_row,
                float* logits_out) override {
     Header h;
+    h.model = model_;
     h.session = session_;
     h.capacity = capacity_;
     h.max_batch = max_batch_;
@@ -176,7 +182,7 @@ class Link final : public StageLink {
     if (window_) {
       // Perplexity: every row's logits as perplexity()'s all_logits step computes them; the last
       // stage adds the NLL of each scored target in order and answers once per window.
-      h.want = Want::Score;
+      h.want = keep_ ? Want::KeepReference : Want::Score;
       h.first_row = 0;
       const std::vector<int32_t>& w = *window_;
       for (int64_t t = 0; t < h.T; ++t) {
@@ -195,24 +201,35 @@ class Link final : public StageLink {
       recv(logits_out, size_t((h.T - first_row) * vocab_) * sizeof(float), size() - 1, kTagLogits, "logits");
   }
 
-  // Perplexity windows: while set, chunks are scored on the last stage (pipeline_perplexity).
-  void score_window(const std::vector<int32_t>* w, int64_t first_scored) {
+  // Perplexity windows: while set, chunks are scored on the last stage (pipeline_perplexity), or
+  // (keep: the reference's) their logits kept there for the KL divergence of the next window.
+  void score_window(const std::vector<int32_t>* w, int64_t first_scored, bool keep = false) {
     window_ = w;
     first_scored_ = first_scored;
+    keep_ = keep;
   }
 
  private:
+  int model_;
   int64_t session_, capacity_, max_batch_, hidden_, vocab_;
+  bool keep_ = false;
   const std::vector<int32_t>* window_ = nullptr;
   int64_t first_scored_ = 0;
 };
 
 }  // namespace
 
-std::shared_ptr<StageLink> make_link(const Forward& fwd) {
+std::shared_ptr<StageLink> make_link(const Forward& fwd, int model) {
   SINKQ_CHECK(active() && rank() == 0, "a pipeline link is rank 0's");
   const ModelConfig& c = fwd.model().config();
-  return std::make_shared<Link>(fwd.body_capacity(), fwd.max_batch(), c.hidden_size, c.vocab_size);
+  return std::make_shared<Link>(model, fwd.body_capacity(), fwd.max_batch(), c.hidden_size, c.vocab_size);
+}
+
+void open_reference_on_workers() {
+  SINKQ_CHECK(active() && rank() == 0, "open_reference_on_workers: rank 0's");
+  Header h;
+  h.op = Op::OpenReference;
+  send_header(h, 1);
 }
 
 void stop_workers() {
@@ -221,22 +238,36 @@ void stop_workers() {
   send_header(h, 1);
 }
 
-PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt) {
+PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
+                              Forward* reference) {
   auto* link = dynamic_cast<Link*>(fwd.link().get());
   SINKQ_CHECK(link != nullptr, "pipeline_perplexity: the Forward is not the first stage of a pipeline");
-  check_ppl_forward(fwd, opt, nullptr);
+  Link* ref_link = reference ? dynamic_cast<Link*>(reference->link().get()) : nullptr;
+  SINKQ_CHECK(!reference || ref_link != nullptr, "pipeline_perplexity: the reference is not a pipeline's first stage");
+  check_ppl_forward(fwd, opt, reference);
   check_ppl_text(toks, opt);
   const auto windows = ppl_windows(toks, opt);
   const int64_t first = ppl_first_scored(opt);
   PplTotals totals(opt, int64_t(windows.size()));
   size_t got = 0;
   auto collect = [&] {
-    double sum = 0;
-    recv(&sum, sizeof sum, size() - 1, kTagScore, "a window's NLL");
-    totals.add(sum, int64_t(windows[got].size()) - 1 - first);
+    double sums[2] = {0, 0};  // NLL, KL
+    recv(sums, sizeof sums, size() - 1, kTagScore, "a window's NLL");
+    totals.add(sums[0], int64_t(windows[got].size()) - 1 - first, reference ? &sums[1] : nullptr);
     ++got;
   };
   for (const auto& w : windows) {
+    if (reference) {  // its logits first: the last stage keeps them for the window's KL
+      ref_link->score_window(&w, first, /*keep=*/true);
+      reference->reset();
+      try {
+        reference->step(w, /*all_logits=*/false);
+      } catch (...) {
+        ref_link->score_window(nullptr, 0);
+        throw;
+      }
+      ref_link->score_window(nullptr, 0);
+    }
     link->score_window(&w, first);
     fwd.reset();
     try {
@@ -250,6 +281,7 @@ PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, co
   }
   while (got < windows.size()) collect();
   fwd.reset();
+  if (reference) reference->reset();
   return totals.result();
 }
 
@@ -310,18 +342,23 @@ void install_handoff() { set_stage_handoff(std::make_shared<Handoff>()); }
 
 // ---- the later stages ----
 
-void worker(const MakeForward& make) {
+void worker(const MakeForward& make, const std::function<void()>& open_reference) {
   try {
     SINKQ_CHECK(active() && rank() > 0, "worker(): ranks after the first");
     const int prev = rank() - 1;
     std::map<int64_t, std::unique_ptr<Forward>> seqs;
-    std::map<int64_t, double> sums;  // Score: the running NLL sum of a session's window
+    std::map<int64_t, std::array<double, 2>> sums;  // Score: a session's window's running NLL and KL sums
     std::vector<int32_t> ids;
-    std::vector<float> x, logits;
+    std::vector<float> x, logits, kept;  // kept: the reference's logits of the window (KeepReference)
     for (;;) {
       Header h;
       recv(&h, sizeof h, prev, kTagHeader, "the next chunk's header");
       SINKQ_CHECK(h.magic == kMagic, "rank {}: a message from rank {} is not a pipeline header", rank(), prev);
+      if (h.op == Op::OpenReference) {  // collective: every stage loads its reference stage (--kld)
+        if (!last_rank()) send_header(h, next_rank());
+        open_reference();
+        continue;
+      }
       if (h.op == Op::Stop || h.op == Op::Close) {
         if (!last_rank()) send_header(h, next_rank());
         if (h.op == Op::Stop) break;
@@ -332,7 +369,7 @@ void worker(const MakeForward& make) {
       SINKQ_CHECK(h.op == Op::Step && h.T >= 1 && h.first_row >= 0 && h.first_row < h.T && h.capacity >= 1,
                   "rank {}: a malformed chunk header from rank {}", rank(), prev);
       std::unique_ptr<Forward>& f = seqs[h.session];
-      if (!f) f = make(h.capacity, h.max_batch);
+      if (!f) f = make(int(h.model), h.capacity, h.max_batch);
       SINKQ_CHECK(h.T <= f->max_batch() && h.body_past <= f->body_size(),
                   "rank {}: chunk of {} tokens at row {}, this stage's sequence holds {} rows (max_batch {})", rank(),
                   h.T, h.body_past, f->body_size(), f->max_batch());
@@ -357,16 +394,26 @@ void worker(const MakeForward& make) {
         send(x.data(), x.size() * sizeof(float), next_rank(), kTagX, "a chunk's activations");
       } else if (h.want == Want::Logits) {
         send(logits.data(), logits.size() * sizeof(float), 0, kTagLogits, "logits");
+      } else if (h.want == Want::KeepReference) {
+        // The reference's rows of this window at their positions, for the window's KL (below).
+        const int64_t V = c.vocab_size;
+        kept.resize(size_t((h.body_past + h.T) * V));
+        std::copy(logits.begin(), logits.end(), kept.begin() + h.body_past * V);
       } else if (h.want == Want::Score) {
-        // perplexity()'s sum: token_nll of each scored target, in order of position.
-        double& sum = sums[h.session];
+        // perplexity()'s sums: token_nll of each scored target and, after a kept reference window,
+        // token_kld(reference, model) of its row, in order of position.
+        std::array<double, 2>& sum = sums[h.session];
         const int64_t V = c.vocab_size;
         for (int64_t t = h.first_row; t < h.T; ++t)
-          if (const int32_t target = ids[size_t(h.T + t)]; target >= 0 && target < V)
-            sum += token_nll(logits.data() + (t - h.first_row) * V, V, target);
+          if (const int32_t target = ids[size_t(h.T + t)]; target >= 0 && target < V) {
+            const float* row = logits.data() + (t - h.first_row) * V;
+            sum[0] += token_nll(row, V, target);
+            if (!kept.empty()) sum[1] += token_kld(kept.data() + (h.body_past + t) * V, row, V);
+          }
         if (h.window_end) {
-          send(&sum, sizeof sum, 0, kTagScore, "a window's NLL");
-          sum = 0;
+          send(sum.data(), sizeof(double) * 2, 0, kTagScore, "a window's NLL");
+          sum = {0, 0};
+          kept.clear();
         }
       }
     }

@@ -45,18 +45,24 @@ LayerRange stage_of(const std::string& path);
 
 // A Forward on a later stage of the pipeline: (body capacity, max_batch) → a Forward over this
 // rank's model, prepared as the engine prepares its sessions (KV store, hooks, prefix).
-using MakeForward = std::function<std::unique_ptr<Forward>(int64_t capacity, int64_t max_batch)>;
+// `model`: 0 the engine's, 1 its full-precision reference (--kld, opened by open_reference).
+using MakeForward = std::function<std::unique_ptr<Forward>(int model, int64_t capacity, int64_t max_batch)>;
 // Ranks after the first: serves rank 0's chunks until it stops the job (then MPI_Finalize and
-// exit(0)); an error aborts every rank. Never returns.
-[[noreturn]] void worker(const MakeForward& make);
+// exit(0)); an error aborts every rank. open_reference: load this stage of the reference model,
+// when rank 0 does (collective: its prefix rows are computed over the stages). Never returns.
+[[noreturn]] void worker(const MakeForward& make, const std::function<void()>& open_reference);
 
-// Rank 0: the link of one Forward (one session) to the later stages.
-std::shared_ptr<StageLink> make_link(const Forward& fwd);
+// Rank 0: the link of one Forward (one session) of model 0 / 1 (see MakeForward) to the later stages.
+std::shared_ptr<StageLink> make_link(const Forward& fwd, int model);
+// Rank 0: tells the other stages to open their reference stage now (Engine::reference()).
+void open_reference_on_workers();
 
-// Rank 0: perplexity() (eval/ppl.h) over the pipeline — the same windows, the same NLL per window
-// bit for bit — with every window fed as soon as rank 1 takes it, so the stages work on
-// consecutive windows at once. KLD is not distributed (error).
-PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt);
+// Rank 0: perplexity() (eval/ppl.h) over the pipeline — the same windows, the same NLL (and with a
+// reference, KL) per window bit for bit — with every window fed as soon as rank 1 takes it, so the
+// stages work on consecutive windows at once. The reference's logits of a window go through the
+// pipeline just before the model's and wait on the last stage.
+PplResult pipeline_perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
+                              Forward* reference = nullptr);
 
 // Installs the StageHandoff (model/model.h) of this rank: init() does, under mpirun.
 void install_handoff();

@@ -74,11 +74,16 @@ std::shared_ptr<const Engine> open_stage(const std::string& path, const OpenOpti
   if (dist::rank() == 0) dist::set_serving();
   if (dist::rank() > 0) {
     const std::shared_ptr<const Engine> engine = e;
-    dist::worker([engine](int64_t capacity, int64_t max_batch) {
-      auto f = std::make_unique<Forward>(engine->model(), capacity, max_batch);
-      engine->attach(*f);
-      return f;
-    });
+    auto reference = std::make_shared<std::shared_ptr<const Engine>>();  // --kld: opened with rank 0
+    dist::worker(
+        [engine, reference](int model, int64_t capacity, int64_t max_batch) {
+          SINKQ_CHECK(model == 0 || *reference, "rank 0 runs the reference model, which this rank has not opened");
+          const Engine& en = model == 0 ? *engine : **reference;
+          auto f = std::make_unique<Forward>(en.model(), capacity, max_batch);
+          en.attach(*f);
+          return f;
+        },
+        [engine, reference] { *reference = engine->reference(); });
   }
   return e;
 }
@@ -174,7 +179,7 @@ void Engine::attach(Forward& fwd) const {
     pipeline_->sim.attach(fwd);
   }
   // The first stage of a pipeline (mpirun) hands its chunks on to the other ranks.
-  if (!model_->whole() && model_->stage().first()) fwd.set_link(dist::make_link(fwd));
+  if (!model_->whole() && model_->stage().first()) fwd.set_link(dist::make_link(fwd, reference_of_ ? 1 : 0));
 }
 
 bool Engine::distributed() const { return !model_->whole(); }
@@ -184,8 +189,11 @@ std::unique_ptr<Session> Engine::new_session(int64_t ctx) const {
 }
 
 std::shared_ptr<const Engine> Engine::reference() const {
-  SINKQ_CHECK(!distributed(), "--kld is not available under mpirun yet (the reference model is not split into stages)");
+  // Under mpirun: every rank loads its stage of the source model and computes its layers' prefix
+  // rows (collective), the other ranks when rank 0 tells them (dist::worker).
+  if (distributed() && dist::rank() == 0) dist::open_reference_on_workers();
   auto ref = std::make_shared<Engine>();
+  ref->reference_of_ = true;
   ref->runtime_ = Runtime::Simulated;
   ref->tokenizer_ = tokenizer_;
   ref->recipe_ = quant::Recipe::from_preset("fp16");
@@ -200,7 +208,7 @@ std::shared_ptr<const Engine> Engine::reference() const {
     SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
                 "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a model "
                 "directory or GGUF file here", src);
-    fp = Model::load(src);
+    fp = Model::load(src, model_->stage());
     SINKQ_CHECK(fp->config().vocab_size == config().vocab_size && fp->config().hidden_size == config().hidden_size,
                 "--kld: the source model {} does not match the artifact's shape", src);
   }

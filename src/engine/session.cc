@@ -67,10 +67,8 @@ GenerateResult Session::generate(std::span<const int32_t> prompt, const Generate
 }
 
 PplResult Session::perplexity(const std::vector<int32_t>& tokens, const PplOptions& opt, Session* reference) {
-  if (engine_->distributed()) {
-    SINKQ_CHECK(!reference, "--kld is not available under mpirun yet");
-    return dist::pipeline_perplexity(*fwd_, tokens, opt);
-  }
+  if (engine_->distributed())
+    return dist::pipeline_perplexity(*fwd_, tokens, opt, reference ? reference->fwd_.get() : nullptr);
   return sinkq::perplexity(*fwd_, tokens, opt, reference ? reference->fwd_.get() : nullptr);
 }
 

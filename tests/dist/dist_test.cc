@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/mmap.h"
@@ -306,7 +307,9 @@ std::vector<std::string> ppl_args(const std::string& model, int64_t ctx, int win
 std::string ppl_figures(const JobRun& r) {
   const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
   if (!j.is_object() || !j.contains("window_nll")) return "no JSON: " + r.err;
-  return j["mean_nll"].dump() + " " + j["window_nll"].dump() + " " + j["tokens_scored"].dump();
+  std::string f = j["mean_nll"].dump() + " " + j["window_nll"].dump() + " " + j["tokens_scored"].dump();
+  if (j.contains("kld")) f += " kld " + j["kld"].dump() + " " + j["window_kld"].dump();
+  return f;
 }
 
 TEST(Mpirun, PerplexityIsBitIdenticalForOneTwoAndThreeRanks) {
@@ -316,13 +319,18 @@ TEST(Mpirun, PerplexityIsBitIdenticalForOneTwoAndThreeRanks) {
   const JobRun q = run(0, {"quantize", "-m", smollm2(), "--preset", "w4a8kv4", "--prefix", "bos", "--head-bits", "4",
                         "-o", art});
   ASSERT_EQ(q.rc, 0) << q.err;
-  // SmolLM2 at full precision (ctx 200 over 2 chunks of 128 rows is not needed: ppl keeps max_batch 512),
-  // mixtext, and the packed artifact with its prefix; 5 windows so the pipeline holds several at once.
-  for (const auto& [model, ctx] : {std::pair{smollm2(), 128}, std::pair{mixtext(), 96}, std::pair{art, 128}}) {
-    const std::string one = ppl_figures(run(0, ppl_args(model, ctx, 5)));
+  // SmolLM2 at full precision, mixtext, and the packed artifact with its prefix, also with --kld
+  // (the source model's stages behind the same prefix, computed over the stages); 5 windows so
+  // the pipeline holds several at once.
+  for (const auto& [model, ctx, kld] : {std::tuple{smollm2(), 128, false}, std::tuple{mixtext(), 96, false},
+                                        std::tuple{art, 128, false}, std::tuple{art, 128, true}}) {
+    std::vector<std::string> args = ppl_args(model, ctx, 5);
+    if (kld) args.push_back("--kld");
+    const std::string one = ppl_figures(run(0, args));
     ASSERT_EQ(one.rfind("no JSON", 0), std::string::npos) << one;
+    EXPECT_EQ(one.find(" kld ") != std::string::npos, kld) << one;
     for (int np : {1, 2, 3}) {
-      const JobRun r = run(np, ppl_args(model, ctx, 5));
+      const JobRun r = run(np, args);
       EXPECT_EQ(r.rc, 0) << r.err;
       EXPECT_EQ(ppl_figures(r), one) << model << " -np " << np;
       if (np > 1) EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),

@@ -173,28 +173,32 @@ void abort_all(std::string_view message, int code) {
   std::exit(code);
 }
 
-void send(const void* data, size_t bytes, int dest, int tag, std::string_view what) {
-  const char* p = static_cast<const char*>(data);
+namespace {
+
+// A message of any size as pieces of at most kPiece bytes (MPI counts are int), each started by
+// `start(pointer, bytes, &request)` and waited for with the timeout.
+template <class Start>
+void in_pieces(char* p, size_t bytes, int peer, std::string_view what, const char* dir, Start start) {
   do {
     const size_t n = std::min(bytes, kPiece);
     MPI_Request req;
-    MPI_Isend(p, int(n), MPI_BYTE, dest, tag, MPI_COMM_WORLD, &req);
-    wait(req, what, "sending", dest);
+    start(p, int(n), &req);
+    wait(req, what, dir, peer);
     p += n;
     bytes -= n;
   } while (bytes > 0);
 }
 
+}  // namespace
+
+void send(const void* data, size_t bytes, int dest, int tag, std::string_view what) {
+  in_pieces(static_cast<char*>(const_cast<void*>(data)), bytes, dest, what, "sending",
+            [&](char* p, int n, MPI_Request* r) { MPI_Isend(p, n, MPI_BYTE, dest, tag, MPI_COMM_WORLD, r); });
+}
+
 void recv(void* data, size_t bytes, int src, int tag, std::string_view what) {
-  char* p = static_cast<char*>(data);
-  do {
-    const size_t n = std::min(bytes, kPiece);
-    MPI_Request req;
-    MPI_Irecv(p, int(n), MPI_BYTE, src, tag, MPI_COMM_WORLD, &req);
-    wait(req, what, "receiving", src);
-    p += n;
-    bytes -= n;
-  } while (bytes > 0);
+  in_pieces(static_cast<char*>(data), bytes, src, what, "receiving",
+            [&](char* p, int n, MPI_Request* r) { MPI_Irecv(p, n, MPI_BYTE, src, tag, MPI_COMM_WORLD, r); });
 }
 
 int64_t sum_over_ranks(int64_t v) {

@@ -106,9 +106,14 @@ class GgufLoader {
  public:
   GgufLoader(const GgufFile& g, ModelWeights& w) : g_(g), w_(w) {}
 
+  // Another pipeline stage's tensors from here on (LayerRange): names, shapes and types are
+  // checked, nothing is dequantized — mat() gives the shape alone (data nullptr), vec() nullptr.
+  void skip_data(bool skip) { skip_ = skip; }
+
   // Tensor `name` as fp32 [rows, cols] (ggml ne = [cols, rows]), owned by the weights.
   Mat mat(const std::string& name, int64_t rows, int64_t cols, int unpermute_heads = 0) {
     const GgufTensor& t = take(name, {cols, rows});
+    if (skip_) return Mat{DType::F32, rows, cols, nullptr, name};
     std::vector<float> out(size_t(rows * cols));
     gguf_dequantize(t.type, t.data, out.data(), rows * cols, g_.path() + ": tensor '" + name + "'");
     if (unpermute_heads > 0) unpermute(out, rows, cols, unpermute_heads);
@@ -118,16 +123,11 @@ class GgufLoader {
   }
   const float* vec(const std::string& name, int64_t n) {
     const GgufTensor& t = take(name, {n});
+    if (skip_) return nullptr;
     std::vector<float> out(static_cast<size_t>(n));
     gguf_dequantize(t.type, t.data, out.data(), n, g_.path() + ": tensor '" + name + "'");
     return w_.own(std::move(out));
   }
-  // A tensor another stage holds (LayerRange): name, shape and type checked, nothing dequantized.
-  Mat skip(const std::string& name, int64_t rows, int64_t cols) {
-    take(name, {cols, rows});
-    return Mat{DType::F32, rows, cols, nullptr, name};
-  }
-  void skip_vec(const std::string& name, int64_t n) { take(name, {n}); }
   bool has(const std::string& name) const { return g_.find(name) != nullptr; }
   void reject_unused() const {
     for (const GgufTensor& t : g_.tensors())
@@ -166,6 +166,7 @@ class GgufLoader {
   const GgufFile& g_;
   ModelWeights& w_;
   std::set<std::string> used_;
+  bool skip_ = false;
 };
 
 }  // namespace
@@ -200,24 +201,13 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); qwen2
   // files keep the HF order (rope type "neox" = rotate_half).
   const bool permuted = cfg.arch != Arch::Qwen2;
-  w.embed = range.holds_embed(N, cfg.tie_word_embeddings) ? ld.mat("token_embd.weight", vocab, hidden)
-                                                           : ld.skip("token_embd.weight", vocab, hidden);
+  ld.skip_data(!range.holds_embed(N, cfg.tie_word_embeddings));
+  w.embed = ld.mat("token_embd.weight", vocab, hidden);
   w.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("blk.{}.", i);
-    if (!range.holds(i, N)) {  // another stage's layer: names, shapes and types only
-      ld.skip_vec(p + "attn_norm.weight", hidden);
-      for (const LinearRoleInfo& r : kLinearRoles)
-        L.mat(int(r.role)) = ld.skip(p + r.gguf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
-      if (cfg.qkv_bias) {
-        ld.skip_vec(p + "attn_q.bias", q_dim);
-        ld.skip_vec(p + "attn_k.bias", kv_dim);
-        ld.skip_vec(p + "attn_v.bias", kv_dim);
-      }
-      ld.skip_vec(p + "ffn_norm.weight", hidden);
-      continue;
-    }
+    ld.skip_data(!range.holds(i, N));
     L.attn_norm = ld.vec(p + "attn_norm.weight", hidden);
     for (const LinearRoleInfo& r : kLinearRoles) {
       // q / k rows un-permuted per head (llama.cpp's layout to rotate_half's); 0: as stored.
@@ -234,11 +224,9 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
     }
     L.mlp_norm = ld.vec(p + "ffn_norm.weight", hidden);
   }
-  if (range.last(N)) w.final_norm = ld.vec("output_norm.weight", hidden);
-  else ld.skip_vec("output_norm.weight", hidden);
-  w.lm_head = cfg.tie_word_embeddings ? w.embed
-              : range.last(N)         ? ld.mat("output.weight", vocab, hidden)
-                                      : ld.skip("output.weight", vocab, hidden);
+  ld.skip_data(!range.last(N));
+  w.final_norm = ld.vec("output_norm.weight", hidden);
+  w.lm_head = cfg.tie_word_embeddings ? w.embed : ld.mat("output.weight", vocab, hidden);
   ld.reject_unused();
   return m;
 }

@@ -41,10 +41,15 @@ class Loader {
  public:
   Loader(ModelWeights& w, const std::string& dir) : w_(w), dir_(dir) {}
 
+  // Another pipeline stage's tensors from here on (LayerRange): names and shapes are checked, the
+  // data is not read — mat() gives the shape alone (data nullptr), vec() nullptr.
+  void skip_data(bool skip) { skip_ = skip; }
+
   // A matrix in its on-disk dtype, viewed in place (copied only if misaligned for its dtype).
   Mat mat(const std::string& name, int64_t rows, int64_t cols) {
     const TensorInfo& t = take(name);
     check_shape(t, {rows, cols});
+    if (skip_) return Mat{t.dtype, rows, cols, nullptr, name};
     Mat m{t.dtype, rows, cols, t.data, name};
     if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0) {
       std::vector<float> buf((t.nbytes + 3) / 4);  // float storage: aligned for every dtype
@@ -58,20 +63,13 @@ class Loader {
   const float* vec(const std::string& name, int64_t n) {
     const TensorInfo& t = take(name);
     check_shape(t, {n});
+    if (skip_) return nullptr;
     std::vector<uint8_t> raw(t.nbytes);  // aligned copy: the mapping may not be
     std::memcpy(raw.data(), t.data, t.nbytes);
     std::vector<float> out(static_cast<size_t>(n));
     to_f32(t.dtype, raw.data(), out.data(), size_t(n));
     return w_.own(std::move(out));
   }
-
-  // A matrix another stage holds (LayerRange): name and shape checked, its data not read.
-  Mat skip(const std::string& name, int64_t rows, int64_t cols) {
-    const TensorInfo& t = take(name);
-    check_shape(t, {rows, cols});
-    return Mat{t.dtype, rows, cols, nullptr, name};
-  }
-  void skip_vec(const std::string& name, int64_t n) { check_shape(take(name), {n}); }
 
   bool has(const std::string& name) const { return w_.store.find(name) != nullptr; }
   void mark_used(const std::string& name) { used_.insert(name); }
@@ -117,6 +115,7 @@ class Loader {
   ModelWeights& w_;
   const std::string& dir_;
   std::set<std::string> used_;
+  bool skip_ = false;
 };
 
 }  // namespace
@@ -130,8 +129,8 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
 
-  w.embed = range.holds_embed(N, cfg.tie_word_embeddings) ? ld.mat("model.embed_tokens.weight", vocab, hidden)
-                                                           : ld.skip("model.embed_tokens.weight", vocab, hidden);
+  ld.skip_data(!range.holds_embed(N, cfg.tie_word_embeddings));
+  w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
   // Every layer needs 9 tensors (2 norms, 7 linears): a layer count the files cannot hold is refused
   // before the per-layer structures are allocated (num_hidden_layers 1e9 asked for ~600 GB first).
   size_t tensors = 0;
@@ -144,18 +143,7 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
-    if (!range.holds(i, N)) {  // another stage's layer: names and shapes only
-      ld.skip_vec(p + "input_layernorm.weight", hidden);
-      for (const LinearRoleInfo& r : kLinearRoles)
-        L.mat(int(r.role)) = ld.skip(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
-      if (cfg.qkv_bias) {
-        ld.skip_vec(p + "self_attn.q_proj.bias", q_dim);
-        ld.skip_vec(p + "self_attn.k_proj.bias", kv_dim);
-        ld.skip_vec(p + "self_attn.v_proj.bias", kv_dim);
-      }
-      ld.skip_vec(p + "post_attention_layernorm.weight", hidden);
-      continue;
-    }
+    ld.skip_data(!range.holds(i, N));
     L.attn_norm = ld.vec(p + "input_layernorm.weight", hidden);
     for (const LinearRoleInfo& r : kLinearRoles)
       L.mat(int(r.role)) = ld.mat(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
@@ -166,8 +154,8 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
     }
     L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", hidden);
   }
-  if (range.last(N)) w.final_norm = ld.vec("model.norm.weight", hidden);
-  else ld.skip_vec("model.norm.weight", hidden);
+  ld.skip_data(!range.last(N));
+  w.final_norm = ld.vec("model.norm.weight", hidden);
 
   if (cfg.tie_word_embeddings) {
     w.lm_head = w.embed;
@@ -175,7 +163,7 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
   } else {
     if (!ld.has("lm_head.weight"))
       fail("{}: config has tie_word_embeddings false but there is no tensor 'lm_head.weight'", dir);
-    w.lm_head = range.last(N) ? ld.mat("lm_head.weight", vocab, hidden) : ld.skip("lm_head.weight", vocab, hidden);
+    w.lm_head = ld.mat("lm_head.weight", vocab, hidden);
   }
   ld.reject_unused(cfg);
   return w;

@@ -439,9 +439,10 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
   EXPECT_FALSE(std::filesystem::exists(tmp.file("cross")));
 }
 
-// The pid of rank `rank` of a running mpirun job of this binary (its environment names the rank).
-pid_t find_rank(int rank) {
-  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank);
+// The pid of rank `rank` of the running mpirun job whose environment holds SINKQ_TEST_JOB=`job`
+// (ctest runs other tests' jobs at the same time: only this one's rank may be signalled).
+pid_t find_rank(int rank, const std::string& job) {
+  const std::string want = "OMPI_COMM_WORLD_RANK=" + std::to_string(rank), mark = "SINKQ_TEST_JOB=" + job;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
@@ -450,7 +451,10 @@ pid_t find_rank(int rank) {
       continue;
     std::ifstream env(e.path() / "environ", std::ios::binary);
     const std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    if (all.find(want + '\0') != std::string::npos || all.find('\0' + want) != std::string::npos) return pid_t(std::stoi(name));
+    auto has = [&all](const std::string& v) {
+      return all.rfind(v + '\0', 0) == 0 || all.find('\0' + v + '\0') != std::string::npos;
+    };
+    if (has(want) && has(mark)) return pid_t(std::stoi(name));
   }
   return -1;
 }
@@ -459,7 +463,16 @@ pid_t find_rank(int rank) {
 // error within `bound` seconds.
 void expect_job_ends(int sig, const std::string& env, const std::string& needle, int bound) {
   testing::TempDir tmp;
-  const std::string cmd = env + " " + mpi_prefix(2) + sinkq_cmd(ppl_args(smollm2(), 256, 200)) + " >" +
+  // A short text (quick to tokenize: rank 1's first wait stays far below the timeout) of 60+
+  // windows, so the job is still running when rank 1 is signalled.
+  {
+    const std::string text = read_file(shared_dir() + "/data/wikitext-2/wiki.test.tokens");
+    std::ofstream(tmp.file("text.txt"), std::ios::binary) << text.substr(0, 150000);
+  }
+  std::vector<std::string> args = ppl_args(smollm2(), 256, 60);
+  args[4] = tmp.file("text.txt");  // -f
+  const std::string mark = tmp.path();
+  const std::string cmd = "SINKQ_TEST_JOB=" + quote(mark) + " " + env + " " + mpi_prefix(2) + sinkq_cmd(args) + " >" +
                           tmp.file("out") + " 2>" + tmp.file("err") + " </dev/null";
   const pid_t job = fork();
   ASSERT_GE(job, 0);
@@ -473,7 +486,7 @@ void expect_job_ends(int sig, const std::string& env, const std::string& needle,
   while (victim < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     // once its first window has started: rank 0 printed progress
-    if (read_file(tmp.file("err")).find("ppl: window 1/") != std::string::npos) victim = find_rank(1);
+    if (read_file(tmp.file("err")).find("ppl: window 1/") != std::string::npos) victim = find_rank(1, mark);
   }
   ASSERT_GT(victim, 0) << "rank 1 not found: " << read_file(tmp.file("err"));
   kill(victim, sig);
@@ -497,7 +510,7 @@ TEST(Mpirun, ARankThatDiesOrHangsEndsTheJob) {
   // Killed: mpirun sees it and ends the job.
   expect_job_ends(SIGKILL, "", "", 60);
   // Stopped (a hang): rank 0's wait for it times out (SINKQ_MPI_TIMEOUT) and aborts every rank.
-  expect_job_ends(SIGSTOP, "SINKQ_MPI_TIMEOUT=4", "no answer from rank 1 for 4 s", 60);
+  expect_job_ends(SIGSTOP, "SINKQ_MPI_TIMEOUT=10", "no answer from rank 1 for 10 s", 60);
 }
 
 }  // namespace

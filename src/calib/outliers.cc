@@ -186,9 +186,7 @@ OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int
     for (size_t i = 0; i < samples.size(); ++i) {
       SINKQ_CHECK(!samples[i].empty(), "outlier tokens: sample {} is empty", i);
       fwd.reset();
-      std::vector<std::vector<float>> xs = stage_inputs(fwd, std::span(&samples[i], 1));
-      for (int l = st.begin; l < st.end_of(L); ++l) fwd.run_layer(l, samples[i], xs[0].data());
-      stage_outputs(m, xs);
+      stage_step(fwd, samples[i]);
       nlohmann::json rec = nlohmann::json::array();
       for (int l = 0; l < L; ++l) rec.push_back(st.holds(l, L) ? finder.rows_json(l) : nlohmann::json());
       rec = stage_handoff().gather_layers(std::move(rec));

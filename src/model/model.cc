@@ -321,6 +321,20 @@ void stage_outputs(const Model& m, const std::vector<std::vector<float>>& xs) {
   for (const auto& x : xs) stage_handoff().send(x.data(), x.size());
 }
 
+void stage_step(Forward& fwd, std::span<const int32_t> tokens) {
+  const Model& m = fwd.model();
+  const LayerRange& st = m.stage();
+  const int64_t H = m.config().hidden_size, T = int64_t(tokens.size());
+  std::vector<float> x;
+  for (int64_t start = 0; start < T; start += fwd.max_batch()) {  // step()'s chunks
+    const int64_t n = std::min(fwd.max_batch(), T - start);
+    x.resize(size_t(n * H));
+    if (!st.first()) stage_handoff().receive(x.data(), x.size());
+    fwd.run_stage(tokens.subspan(size_t(start), size_t(n)), x.data(), n - 1, nullptr);
+    if (!st.last(m.config().num_layers)) stage_handoff().send(x.data(), x.size());
+  }
+}
+
 std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> model, std::vector<int32_t> tokens,
                                                   const std::function<void(Forward&)>& prepare) {
   SINKQ_CHECK(!tokens.empty(), "the KV prefix is empty");
@@ -334,12 +348,9 @@ std::shared_ptr<const KvPrefix> KvPrefix::compute(std::shared_ptr<const Model> m
   if (model->whole()) {
     fwd.step(tokens, false);
   } else {
-    // A pipeline stage: its own layers' rows (the same per-layer code as step()); the rows of the
-    // other stages' layers stay zero here — each stage reads only its own.
-    const std::vector<int32_t> one(tokens);
-    std::vector<std::vector<float>> xs = stage_inputs(fwd, std::span(&one, 1));
-    for (int l = st.begin; l < st.end_of(c.num_layers); ++l) fwd.run_layer(l, tokens, xs[0].data());
-    stage_outputs(*model, xs);
+    // A pipeline stage: its own layers' rows (the same chunks and per-layer code as step()); the
+    // rows of the other stages' layers stay zero here — each stage reads only its own.
+    stage_step(fwd, tokens);
   }
   auto p = std::make_shared<KvPrefix>();
   p->num_layers_ = c.num_layers;
@@ -400,7 +411,7 @@ void Forward::run_chunk(std::span<const int32_t> tokens, bool all_logits, float*
 
 void Forward::run_stage(std::span<const int32_t> tokens, float* x, int64_t first_row, float* logits_out) {
   const int64_t T = int64_t(tokens.size());
-  SINKQ_CHECK(!model_->stage().first() && x, "run_stage: the first stage embeds its tokens (step())");
+  SINKQ_CHECK(x != nullptr, "run_stage: no activations");
   SINKQ_CHECK(T > 0 && T <= max_batch_ && first_row >= 0 && first_row < T,
               "run_stage: {} tokens (1..{}), logits from row {}", T, max_batch_, first_row);
   SINKQ_CHECK(n_past() + T <= max_ctx(), "{} tokens after {} already in the cache exceed the context of {} tokens", T,

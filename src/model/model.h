@@ -100,6 +100,9 @@ StageHandoff& stage_handoff();  // error when none is installed (a stage outside
 // outputs of its last layer handed to the next stage (nothing on the last stage).
 std::vector<std::vector<float>> stage_inputs(Forward& fwd, std::span<const std::vector<int32_t>> seqs);
 void stage_outputs(const Model& m, const std::vector<std::vector<float>>& xs);
+// fwd.step(tokens) of one stage, every stage at once: step()'s chunks of max_batch() tokens, each
+// through this stage's layers with its input from the previous stage and its output to the next.
+void stage_step(Forward& fwd, std::span<const int32_t> tokens);
 
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
 // share the code; the KV cache grows with every call.
@@ -160,10 +163,10 @@ class Forward {
   // chunk on. Only on a first stage that is not the whole model, between sequences.
   void set_link(std::shared_ptr<StageLink> link);
   const std::shared_ptr<StageLink>& link() const { return link_; }
-  // One chunk of a later pipeline stage (dist/pipeline.h): this model's layers over x [T, hidden]
-  // (the previous stage's output, replaced by this stage's) at body rows body_size()..; on the
-  // last stage then the final norm and LM head of rows [first_row, T) into logits_out (nullptr:
-  // none). Advances the body like step(). T <= max_batch().
+  // One chunk of a pipeline stage (dist/pipeline.h): this model's layers over x [T, hidden] (the
+  // previous stage's output — the first stage embeds `tokens` instead —, replaced by this stage's)
+  // at body rows body_size()..; on the last stage then the final norm and LM head of rows
+  // [first_row, T) into logits_out (nullptr: none). Advances the body like step(). T <= max_batch().
   void run_stage(std::span<const int32_t> tokens, float* x, int64_t first_row, float* logits_out);
 
   // Layer-at-a-time execution for layer-wise calibration (grid searches compare one block's

@@ -133,6 +133,9 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   const std::vector<train::LayerSites<float>> fsites = fp_training_sites(cfg, mc);
 
   // The two trajectories: the fp model's hidden states (targets) and the quantized one's (inputs).
+  // A pipeline stage (MPI ranks, model.h StageHandoff) fine-tunes its own blocks: both come from the
+  // previous stage and go on to the next.
+  const LayerRange& stage = fp->stage();
   const size_t N = calib.size();
   std::vector<std::vector<int32_t>> pos(N);
   std::vector<std::vector<float>> x_fp(N), x_q(N);
@@ -143,8 +146,14 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
                 mc.max_position_embeddings);
     for (int64_t t = 0; t < T; ++t) pos[s].push_back(int32_t(P + t));
     x_fp[s].resize(size_t(T * H));
-    train::embed_forward(params.embed.data(), calib[s], x_fp[s].data(), H);
-    x_q[s] = x_fp[s];
+    if (stage.first()) {
+      train::embed_forward(params.embed.data(), calib[s], x_fp[s].data(), H);
+      x_q[s] = x_fp[s];
+    } else {
+      x_q[s].resize(x_fp[s].size());
+      stage_handoff().receive(x_fp[s].data(), x_fp[s].size());
+      stage_handoff().receive(x_q[s].data(), x_q[s].size());
+    }
   }
   auto input = [&](size_t s, int l) {
     train::LayerInput<float> in;
@@ -157,7 +166,7 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   };
 
   const int64_t steps_per_epoch = (int64_t(N) + ft.batch - 1) / ft.batch, total_steps = steps_per_epoch * ft.epochs;
-  json blocks = json::array();
+  json records = json::array();  // per layer: the block's report (null: another stage's)
   ModelWeights out;
   const ModelWeights& src = fp->weights();
   out.embed = src.embed;
@@ -166,6 +175,10 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   out.layers = src.layers;
   train::LayerTape<float> tape;
   for (int l = 0; l < L; ++l) {
+    if (!stage.holds(l, L)) {
+      records.push_back(nullptr);
+      continue;
+    }
     const auto tl = Clock::now();
     train::Params<float>::Layer& w = params.layers[size_t(l)];
     // Targets (x_fp becomes them): the fp block on the fp trajectory, or on the quantized input.
@@ -292,10 +305,19 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
       m.data = out.own(mat_of(wq, i));
       m.dtype = DType::F32;
     }
-    blocks.push_back({{"layer", l}, {"mse_before", before}, {"mse_after", after}, {"epoch_mse", epoch_loss},
-                      {"seconds", round4(std::chrono::duration<double>(Clock::now() - tl).count())}});
+    records.push_back({{"layer", l}, {"mse_before", before}, {"mse_after", after}, {"epoch_mse", epoch_loss},
+                       {"seconds", round4(std::chrono::duration<double>(Clock::now() - tl).count())}});
     if (progress) progress("fine-tuning (block-wise)", l + 1, L);
   }
+  if (!stage.last(L))
+    for (size_t s = 0; s < N; ++s) {
+      stage_handoff().send(x_fp[s].data(), x_fp[s].size());
+      stage_handoff().send(x_q[s].data(), x_q[s].size());
+    }
+  if (!fp->whole()) records = stage_handoff().gather_layers(std::move(records));
+  json blocks = json::array();
+  for (json& r : records)
+    if (!r.is_null()) blocks.push_back(std::move(r));
   res.model = Model::with_weights(fp, std::move(out));
   res.report = {{"method", "blockwise (PrefixQuant §5.2, EfficientQAT Block-AP)"},
                 {"objective", ft.target == FinetuneSim::Target::FpTrajectory

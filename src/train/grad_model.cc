@@ -117,10 +117,16 @@ Params<R> Params<R>::from_model(const Model& m) {
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
   Params p;
-  p.embed = widen<R>(w.embed);
-  if (!w.tied()) p.lm_head = widen<R>(w.lm_head);
+  // A pipeline stage (quant/finetune.cc over MPI ranks): what it holds; the other layers empty.
+  const LayerRange& st = m.stage();
+  if (st.first()) p.embed = widen<R>(w.embed);
+  if (!w.tied() && st.last(c.num_layers)) p.lm_head = widen<R>(w.lm_head);
   p.final_norm = widen<R>(w.final_norm, c.hidden_size);
   for (int l = 0; l < c.num_layers; ++l) {
+    if (!st.holds(l, c.num_layers)) {
+      p.layers.emplace_back();
+      continue;
+    }
     const LayerWeights& lw = w.layers[size_t(l)];
     for (int i = 0; i < kNumLinearRoles; ++i)
       SINKQ_CHECK(!lw.impl_of(i), "train: layer {} runs packed linears, which have no trainable weights", l);

@@ -400,10 +400,11 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
   };
   const Case cases[] = {
       // Calibrated over the stages: rotation, the prefix (auto: the outlier-token search's rows
-      // gathered on rank 0; bos) and its KV rows, the weight clip grid and the static activation /
-      // KV scale searches (PrefixQuant), on mixtext (untied) and SmolLM2 (tied) with the int8 head.
+      // gathered on rank 0; bos) and its KV rows, the weight clip grid, the static activation / KV
+      // scale searches and block-wise fine-tuning (PrefixQuant), on mixtext (untied) and SmolLM2
+      // (tied) with the int8 head.
       {"pq-mixtext", mixtext(), {"--preset", "prefixquant-w4a4kv4", "--calib", calib, "--calib-samples", "3",
-                                 "--calib-len", "48"}},
+                                 "--calib-len", "48", "--finetune", "blockwise", "--finetune-epochs", "1"}},
       {"pq-smollm2", smollm2(), {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
                                  "--calib", calib, "--calib-samples", "1", "--calib-len", "16"}},
       // Without calibration: round to nearest, the int4 head (tied table on the first stage).

@@ -103,12 +103,12 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
   } else {
     // build_sim on each stage: rotation, weights, the packed head and the prefix's KV rows per
     // layer; the clip grid and the static scale searches layer by layer, each stage's inputs from
-    // the previous one (model.h StageHandoff). Not over stages yet: what needs the whole model at
-    // once (CrossQuant's column calibration, KVQuant's Fisher codebooks, IntactKV+Cal's prefix
-    // training); block-wise fine-tuning runs block by block on the stage that holds the block.
+    // the previous one (model.h StageHandoff); CrossQuant's column maxima per stage; block-wise
+    // fine-tuning block by block on the stage that holds the block. Not over stages yet: what
+    // needs a backward pass through every layer (KVQuant's Fisher codebooks, IntactKV+Cal's
+    // prefix training).
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
-    const char* whole = r.act_cross_static()        ? "--a-cross-cols static"
-                        : r.kv.vector()             ? "--kv-codebook"
+    const char* whole = r.kv.vector()               ? "--kv-codebook"
                         : r.prefix.train_epochs > 0 ? "--prefix-train"
                                                     : nullptr;
     SINKQ_CHECK(!whole, "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and "

@@ -305,7 +305,6 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
                                    const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
                                    json& report) {
   SINKQ_CHECK(cfg.act_cross_static(), "calibrate_cross_columns: the recipe has no static CrossQuant columns");
-  SINKQ_CHECK(fp->whole(), "--a-cross-cols static is not calibrated over pipeline stages yet (mpirun)");
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib);
   // Decision: the column maxima come from the fp (rotated) model, not layer by layer from the
@@ -330,14 +329,24 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
           }
       });
     }
+  // A pipeline stage (model.h StageHandoff) runs each sample through its own layers (step()'s
+  // chunks), whose maxima it keeps; another stage's layers get a placeholder fold (never applied
+  // here: nothing of those layers runs on this stage) and report record.
+  const LayerRange& stage = fp->stage();
   for (size_t k = 0; k < calib.size(); ++k) {
     fwd.reset();
-    fwd.step(calib[k], /*all_logits=*/false);
+    if (fp->whole()) fwd.step(calib[k], /*all_logits=*/false);
+    else stage_step(fwd, calib[k]);
     if (progress) progress("CrossQuant column maxima, sample", int(k + 1), int(calib.size()));
   }
   CrossFolds out;
-  json mean_b = json::array();
+  json records = json::array();  // per layer: the four sites' geometric-mean fold factors
   for (int l = 0; l < mc.num_layers; ++l) {
+    if (!stage.holds(l, mc.num_layers)) {
+      for (int s = 0; s < 4; ++s) out.push_back(make_cross_fold(cfg.a.bits, cfg.a.alpha, {1.0f}));
+      records.push_back(nullptr);
+      continue;
+    }
     json row = json::array();
     for (int s = 0; s < 4; ++s) {
       out.push_back(make_cross_fold(cfg.a.bits, cfg.a.alpha, std::move(cmax[size_t(l) * 4 + size_t(s)])));
@@ -345,8 +354,12 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
       for (float b : out.back().b) m += std::log(double(b));
       row.push_back(round4(std::exp(m / double(out.back().b.size()))));
     }
-    mean_b.push_back(row);
+    records.push_back(row);
   }
+  if (!fp->whole()) records = stage_handoff().gather_layers(std::move(records));
+  json mean_b = json::array();
+  for (json& r : records)
+    if (!r.is_null()) mean_b.push_back(std::move(r));
   report["cross_columns"] = {{"alpha", cfg.a.alpha},
                              {"sites", {"attn_in", "o_in", "mlp_in", "down_in"}},
                              {"geomean_fold_factor_per_layer", mean_b}};

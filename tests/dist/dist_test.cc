@@ -407,6 +407,9 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
                                  "--calib-len", "48", "--finetune", "blockwise", "--finetune-epochs", "1"}},
       {"pq-smollm2", smollm2(), {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
                                  "--calib", calib, "--calib-samples", "1", "--calib-len", "16"}},
+      // CrossQuant's static columns: the maxima per stage, folded into each stage's weights.
+      {"cross-mixtext", mixtext(), {"--preset", "w8a8", "--a-quant", "cross", "--a-cross-cols", "static",
+                                    "--calib", calib, "--calib-samples", "2", "--calib-len", "32"}},
       // Without calibration: round to nearest, the int4 head (tied table on the first stage).
       {"rtn-smollm2", smollm2(), {"--preset", "w4a8kv4", "--head-bits", "4"}},
   };
@@ -432,12 +435,11 @@ TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
   const std::string want = ppl_figures(run(0, sim));
   EXPECT_EQ(ppl_figures(run(2, sim)), want);
   // What needs the whole model at once is refused, naming the flag.
-  const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("cross"), "--preset", "w8a8", "--a-quant",
-                           "cross", "--a-cross-cols", "static", "--calib", calib, "--calib-samples", "2",
-                           "--calib-len", "32"});
+  const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("cal"), "--preset", "w8a8kv8", "--prefix",
+                           "bos", "--prefix-train", "1", "--calib", calib, "--calib-samples", "2", "--calib-len", "32"});
   EXPECT_NE(r.rc, 0);
-  EXPECT_NE(r.err.find("--a-cross-cols static is not distributed yet"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(tmp.file("cross")));
+  EXPECT_NE(r.err.find("--prefix-train is not distributed yet"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("cal")));
 }
 
 // The pid of rank `rank` of the running mpirun job whose environment holds SINKQ_TEST_JOB=`job`

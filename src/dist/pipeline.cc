@@ -131,11 +131,12 @@ namespace {
 std::string g_stage = "no stage";
 }  // namespace
 
-LayerRange stage_of(const std::string& path) {
+LayerRange stage_of(const std::string& path, bool report) {
   if (!active()) return LayerRange::all();
   const LayerBytes b = layer_bytes(path);
   const std::vector<LayerRange> stages = partition_layers(b, size());
   const LayerRange& mine = stages[size_t(rank())];
+  if (!report) return mine;
   int64_t bytes = b.layers.empty() ? 0 : (rank() == 0 ? b.first : 0) + (rank() == size() - 1 ? b.last : 0);
   for (int l = mine.begin; l < mine.end; ++l) bytes += b.layers[size_t(l)];
   g_stage = fmt::format("layers [{}, {}) of {}, {:.1f} MiB of weights", mine.begin, mine.end, b.layers.size(),

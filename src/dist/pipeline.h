@@ -40,8 +40,9 @@ LayerBytes layer_bytes(const std::string& path);
 // earliest split); stage r = [begin, end). Error naming -np when N > the number of layers.
 std::vector<LayerRange> partition_layers(const LayerBytes& b, int ranks);
 
-// The stage of this rank for `path` (the whole model without MPI).
-LayerRange stage_of(const std::string& path);
+// The stage of this rank for `path` (the whole model without MPI); `report`: the one stage_report()
+// names (the engine's, not a --kld reference's).
+LayerRange stage_of(const std::string& path, bool report = true);
 
 // A Forward on a later stage of the pipeline: (body capacity, max_batch) → a Forward over this
 // rank's model, prepared as the engine prepares its sessions (KV store, hooks, prefix).

@@ -207,7 +207,9 @@ std::shared_ptr<const Engine> Engine::reference() const {
     SINKQ_CHECK(!src.empty() && (std::filesystem::is_directory(src) || GgufFile::looks_like_gguf(src)),
                 "--kld on an artifact needs its source model: the recipe's source.model_dir '{}' is not a model "
                 "directory or GGUF file here", src);
-    fp = Model::load(src, model_->stage());
+    // Under mpirun the source's own stages (its bytes, not the artifact's: an int4 artifact with
+    // fp16 tables splits its layers very unevenly, its fp32 source would not).
+    fp = Model::load(src, dist::active() ? dist::stage_of(src, /*report=*/false) : LayerRange::all());
     SINKQ_CHECK(fp->config().vocab_size == config().vocab_size && fp->config().hidden_size == config().hidden_size,
                 "--kld: the source model {} does not match the artifact's shape", src);
   }

@@ -201,6 +201,21 @@ void recv(void* data, size_t bytes, int src, int tag, std::string_view what) {
             [&](char* p, int n, MPI_Request* r) { MPI_Irecv(p, n, MPI_BYTE, src, tag, MPI_COMM_WORLD, r); });
 }
 
+void send_text(std::string_view s, int dest, int tag, std::string_view what) {
+  const uint64_t n = s.size();
+  send(&n, sizeof n, dest, tag, what);
+  send(s.data(), n, dest, tag, what);
+}
+
+std::string recv_text(int src, int tag, std::string_view what) {
+  uint64_t n = 0;
+  recv(&n, sizeof n, src, tag, what);
+  SINKQ_CHECK(n < (uint64_t(1) << 34), "rank {}: a message of {} bytes from rank {} ({})", g_rank, n, src, what);
+  std::string s(n, '\0');
+  recv(s.data(), n, src, tag, what);
+  return s;
+}
+
 int64_t sum_over_ranks(int64_t v) {
   if (!g_active) return v;
   // Gathered on rank 0, added in rank order, sent back: deterministic, and every wait bounded.

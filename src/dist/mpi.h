@@ -47,6 +47,9 @@ void finish();
 // in the timeout error. Messages of any size (split into pieces of at most 1 GiB).
 void send(const void* data, size_t bytes, int dest, int tag, std::string_view what);
 void recv(void* data, size_t bytes, int src, int tag, std::string_view what);
+// A string (JSON, ...) as its length, then its bytes.
+void send_text(std::string_view s, int dest, int tag, std::string_view what);
+std::string recv_text(int src, int tag, std::string_view what);
 // Whether a message with `tag` from `src` is waiting (MPI_Iprobe).
 bool waiting(int src, int tag);
 // The sum of `v` over every rank, on every rank (collective; v itself without MPI).

@@ -49,9 +49,8 @@ struct Classifier {
   LayerBytes b;
   bool tied = false;
   void add(const std::string& name, int64_t bytes) {
-    int l = -1;
-    if (std::sscanf(name.c_str(), "model.layers.%d.", &l) == 1 || std::sscanf(name.c_str(), "blk.%d.", &l) == 1) {
-      if (l >= 0 && l < int(b.layers.size())) b.layers[size_t(l)] += bytes;
+    if (const int l = tensor_layer(name); l >= 0) {
+      if (l < int(b.layers.size())) b.layers[size_t(l)] += bytes;
       return;
     }
     const bool embed = name.find("embed_tokens") != std::string::npos || name.rfind("token_embd", 0) == 0;
@@ -300,18 +299,11 @@ class Handoff final : public StageHandoff {
   }
   nlohmann::json gather_layers(nlohmann::json records) override {
     if (rank() > 0) {
-      const std::string s = records.dump();
-      const uint64_t n = s.size();
-      dist::send(&n, sizeof n, 0, kTagRecords, "a calibration report's layers");
-      dist::send(s.data(), n, 0, kTagRecords, "a calibration report's layers");
+      send_text(records.dump(), 0, kTagRecords, "a calibration report's layers");
       return records;
     }
     for (int r = 1; r < size(); ++r) {
-      uint64_t n = 0;
-      recv(&n, sizeof n, r, kTagRecords, "a calibration report's layers");
-      std::string s(n, '\0');
-      recv(s.data(), n, r, kTagRecords, "a calibration report's layers");
-      const nlohmann::json theirs = nlohmann::json::parse(s);
+      const nlohmann::json theirs = nlohmann::json::parse(recv_text(r, kTagRecords, "a calibration report's layers"));
       SINKQ_CHECK(theirs.is_array() && theirs.size() == records.size(), "rank {}: a calibration report of {} layers",
                   r, theirs.size());
       for (size_t l = 0; l < records.size(); ++l)
@@ -322,18 +314,10 @@ class Handoff final : public StageHandoff {
   nlohmann::json from_first(nlohmann::json j) override {
     if (rank() == 0) {
       const std::string s = j.dump();
-      const uint64_t n = s.size();
-      for (int r = 1; r < size(); ++r) {
-        dist::send(&n, sizeof n, r, kTagFromFirst, "rank 0's result");
-        dist::send(s.data(), n, r, kTagFromFirst, "rank 0's result");
-      }
+      for (int r = 1; r < size(); ++r) send_text(s, r, kTagFromFirst, "rank 0's result");
       return j;
     }
-    uint64_t n = 0;
-    recv(&n, sizeof n, 0, kTagFromFirst, "rank 0's result");
-    std::string s(n, '\0');
-    recv(s.data(), n, 0, kTagFromFirst, "rank 0's result");
-    return nlohmann::json::parse(s);
+    return nlohmann::json::parse(recv_text(0, kTagFromFirst, "rank 0's result"));
   }
 };
 

@@ -63,9 +63,9 @@ Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt)
   return p;
 }
 
-// Under mpirun -np N > 1 (dist/pipeline.h): this rank's stage of `path` — an artifact, or a model at
-// full precision (a recipe that quantizes or calibrates needs the whole model: quantize first) —
-// and, on the ranks after the first, their worker loop, which never returns.
+// Under mpirun -np N > 1 (dist/pipeline.h): this rank's stage of `path` (an artifact, or a model
+// with its recipe built over the stages) and, when opt.serve_stages, on the ranks after the first
+// their worker loop, which never returns.
 std::shared_ptr<const Engine> open_stage(const std::string& path, const OpenOptions& opt) {
   auto e = std::make_shared<Engine>();
   const LayerRange stage = dist::stage_of(path);
@@ -88,6 +88,7 @@ std::shared_ptr<const Engine> open_stage(const std::string& path, const OpenOpti
   return e;
 }
 
+// The one loading path of open(): `stage` is the whole model, or under mpirun this rank's stage.
 void Engine::open_stage(const std::string& path, const OpenOptions& opt, const LayerRange& stage) {
   path_ = path;
   if (artifact_without_recipe(path, opt)) {
@@ -108,7 +109,8 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
     // needs a backward pass through every layer (KVQuant's Fisher codebooks, IntactKV+Cal's
     // prefix training).
     const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
-    const char* whole = r.kv.vector()               ? "--kv-codebook"
+    const char* whole = !dist::active()             ? nullptr
+                        : r.kv.vector()             ? "--kv-codebook"
                         : r.prefix.train_epochs > 0 ? "--prefix-train"
                                                     : nullptr;
     SINKQ_CHECK(!whole, "under mpirun, {} is not distributed yet ({}): quantize in one process (sinkq quantize) and "
@@ -119,6 +121,8 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
     pipeline_ = std::make_shared<const quant::Pipeline>(quant::run_pipeline(r, source_, *tokenizer_, opt.pipeline));
     model_ = pipeline_->sim.model;
     recipe_ = pipeline_->sim.cfg;
+    prefix_ = pipeline_->sim.prefix;
+    prefix_json_ = pipeline_->prefix_json;
     describe_ = recipe_.describe();
   }
   if (prefix_) prefix_tokens_ = prefix_->tokens();
@@ -128,31 +132,7 @@ void Engine::open_stage(const std::string& path, const OpenOptions& opt, const L
 std::shared_ptr<const Engine> Engine::open(const std::string& path, const OpenOptions& opt) {
   if (dist::active()) return sinkq::open_stage(path, opt);
   auto e = std::make_shared<Engine>();
-  e->path_ = path;
-  if (artifact_without_recipe(path, opt)) {
-    e->runtime_ = Runtime::Packed;
-    e->tokenizer_ = tokenizer_of(path, opt);
-    e->packed_ = std::make_shared<const runtime::QuantizedModel>(runtime::load_artifact(path));
-    e->model_ = e->packed_->model;
-    e->recipe_ = e->packed_->cfg;
-    e->prefix_ = e->packed_->prefix;
-    e->describe_ = "artifact " + path + ": " + e->packed_->describe();
-    e->artifact_json_ = nlohmann::json::parse(read_file(path + "/sinkq_recipe.json"));
-    if (e->prefix_) e->prefix_json_ = e->artifact_json_.at("recipe").at("prefix");
-  } else {
-    e->runtime_ = Runtime::Simulated;
-    const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");
-    e->source_ = Model::load(path);
-    e->tokenizer_ = tokenizer_of(path, opt);
-    e->pipeline_ = std::make_shared<const quant::Pipeline>(quant::run_pipeline(r, e->source_, *e->tokenizer_, opt.pipeline));
-    e->model_ = e->pipeline_->sim.model;
-    e->recipe_ = e->pipeline_->sim.cfg;
-    e->prefix_ = e->pipeline_->sim.prefix;
-    e->prefix_json_ = e->pipeline_->prefix_json;
-    e->describe_ = e->recipe_.describe();
-  }
-  if (e->prefix_) e->prefix_tokens_ = e->prefix_->tokens();
-  e->prefix_has_bos_ = holds(e->prefix_tokens_, e->tokenizer_->bos_id());
+  e->open_stage(path, opt, LayerRange::all());
   return e;
 }
 

@@ -21,10 +21,8 @@ void send_stage(const runtime::StageTensors& st) {
   json specs = json::array();
   for (const TensorToWrite& t : st.tensors)
     specs.push_back({t.name, std::string(dtype_name(t.dtype)), t.shape, t.raw_dtype});
-  const std::string msg = json{{"tensors", specs}, {"meta_linears", st.meta_linears}}.dump();
-  const uint64_t n = msg.size();
-  dist::send(&n, sizeof n, 0, dist::kTagSpecs, "the stage's tensor list");
-  dist::send(msg.data(), n, 0, dist::kTagSpecs, "the stage's tensor list");
+  dist::send_text(json{{"tensors", specs}, {"meta_linears", st.meta_linears}}.dump(), 0, dist::kTagSpecs,
+                  "the stage's tensor list");
   for (const TensorToWrite& t : st.tensors) dist::send(t.bytes.data(), t.bytes.size(), 0, dist::kTagTensor, t.name);
 }
 
@@ -70,12 +68,7 @@ std::shared_ptr<const KvPrefix> gather_prefix(const std::shared_ptr<const KvPref
 runtime::WriteOptions::Remote receive_stages() {
   runtime::WriteOptions::Remote r;
   for (int rank = 1; rank < dist::size(); ++rank) {
-    uint64_t n = 0;
-    dist::recv(&n, sizeof n, rank, dist::kTagSpecs, "a stage's tensor list");
-    SINKQ_CHECK(n < (uint64_t(1) << 32), "rank {}: a tensor list of {} bytes", rank, n);
-    std::string msg(n, '\0');
-    dist::recv(msg.data(), n, rank, dist::kTagSpecs, "a stage's tensor list");
-    const json j = json::parse(msg);
+    const json j = json::parse(dist::recv_text(rank, dist::kTagSpecs, "a stage's tensor list"));
     for (const json& t : j.at("tensors")) {
       const std::optional<DType> dt = parse_dtype(t.at(1).get<std::string>());
       SINKQ_CHECK(dt.has_value(), "rank {}: tensor {} has dtype {}", rank, t.at(0).dump(), t.at(1).dump());

@@ -182,8 +182,7 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
 
   // What this stage dequantizes: its layers' blk.N.* tensors and the ends it holds.
   auto held = [&](const std::string& name) {
-    int l = -1;
-    if (std::sscanf(name.c_str(), "blk.%d.", &l) == 1) return range.holds(l, N);
+    if (const int l = tensor_layer(name); l >= 0) return range.holds(l, N);
     if (name == "token_embd.weight") return range.holds_embed(N, cfg.tie_word_embeddings);
     return range.last(N);  // output_norm, output
   };

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -198,6 +199,12 @@ int64_t ModelWeights::parameter_count() const {
   total += hidden;  // the final norm (held by a pipeline's last stage only)
   if (!tied()) total += n(lm_head);  // tied: counted once
   return total;
+}
+
+int tensor_layer(const std::string& name) {
+  int l = -1;
+  if (std::sscanf(name.c_str(), "model.layers.%d.", &l) == 1 || std::sscanf(name.c_str(), "blk.%d.", &l) == 1) return l;
+  return -1;
 }
 
 void LayerRange::check(int layers) const {

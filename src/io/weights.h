@@ -114,6 +114,10 @@ struct LayerWeights {
   const std::shared_ptr<const LinearImpl>& impl_of(int i) const;
 };
 
+// The decoder layer a tensor belongs to by its name: model.layers.N.* (HF checkpoints, artifacts)
+// or blk.N.* (GGUF); -1 for every other tensor (embeddings, final norm, head, prefix).
+int tensor_layer(const std::string& name);
+
 // Role i's members, in kLinearRoles order.
 inline constexpr Mat LayerWeights::*kRoleMats[kNumLinearRoles] = {
     &LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,

@@ -151,8 +151,7 @@ QuantizedModel load_artifact(const std::string& dir, LayerRange stage) {
   // names, dtypes and shapes are still checked against the recipe and the inventory.
   const bool need_embed = stage.holds_embed(N, tied), need_head = stage.last(N);
   auto owned = [&](const std::string& name) {
-    int l = -1;
-    if (std::sscanf(name.c_str(), "model.layers.%d.", &l) == 1) return stage.holds(l, N);
+    if (const int l = tensor_layer(name); l >= 0) return stage.holds(l, N);
     if (name.rfind("model.embed_tokens.", 0) == 0) return need_embed;
     if (name.rfind("lm_head.", 0) == 0) return need_head || (tied && need_embed);
     if (name.rfind("model.norm.", 0) == 0) return need_head;

@@ -75,7 +75,8 @@ void strip_times(json& j) {
   }
 }
 
-std::string dtype_str(const TensorToWrite& t) {
+// A tensor's dtype as the file and the inventory name it ("U8", "I32" for raw integer tensors).
+std::string dtype_str(const SafetensorsStreamWriter::TensorSpec& t) {
   return t.raw_dtype.empty() ? std::string(dtype_name(t.dtype)) : t.raw_dtype;
 }
 
@@ -344,7 +345,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
           opt.remote->read(stage, spec, buf);
           bytes = buf;
         }
-        const std::string dt = spec.raw_dtype.empty() ? std::string(dtype_name(spec.dtype)) : spec.raw_dtype;
+        const std::string dt = dtype_str(spec);
         inventory[spec.name] = {{"dtype", dt}, {"shape", spec.shape}, {"checksum", tensor_checksum(dt, spec.shape, bytes)}};
         sw.write(spec.name, bytes);
       }

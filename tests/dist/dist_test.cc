@@ -88,7 +88,9 @@ TEST(Partition, ContiguousNonEmptyAndOptimal) {
       EXPECT_EQ(p.back().end, L);
       for (int s = 0; s < ranks; ++s) {
         EXPECT_LT(p[size_t(s)].begin, p[size_t(s)].end) << "stage " << s << " is empty";
-        if (s) EXPECT_EQ(p[size_t(s)].begin, p[size_t(s) - 1].end);
+        if (s) {
+          EXPECT_EQ(p[size_t(s)].begin, p[size_t(s) - 1].end);
+        }
       }
       EXPECT_EQ(largest(b, p), brute_force(b, ranks)) << "L " << L << " ranks " << ranks;
     }
@@ -333,8 +335,10 @@ TEST(Mpirun, PerplexityIsBitIdenticalForOneTwoAndThreeRanks) {
       const JobRun r = run(np, args);
       EXPECT_EQ(r.rc, 0) << r.err;
       EXPECT_EQ(ppl_figures(r), one) << model << " -np " << np;
-      if (np > 1) EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),
-                            std::string::npos) << r.err;
+      if (np > 1) {
+        EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),
+                  std::string::npos) << r.err;
+      }
     }
   }
 }

@@ -16,9 +16,11 @@ namespace sinkq::detail {
 
 struct KernelTable {
   // y[t*ldy + r] = sum_k x[t*in + k] * W[r*in + k] (+ bias[r] if non-null), for r in [r0, r1) and
-  // t in [0, T). W: [rows, in] of dtype dt. Any T works (processed in passes of <= 4 tokens);
-  // each output is one fp32 dot whose summation order depends only on `in` (not on r0/r1/T),
-  // so results do not depend on the thread split.
+  // t in [0, T). W: [rows, in] of dtype dt. Any T works (T = 1: one row at a time, one stream;
+  // larger T: tiles of rows x <= 2 tokens); each output is one fp32 dot whose summation order
+  // (simd_kernels.inc: two chains per row) depends only on `in` (not on r0/r1/T), so results do
+  // not depend on the thread split or on which tokens share a call. Prefetches may run up to
+  // 8 KiB past row r1 (hints: they never fault).
   void (*gemv)(DType dt, const void* W, int64_t in, int64_t r0, int64_t r1, const float* x,
                int64_t T, const float* bias, float* y, int64_t ldy);
   // dst[0, n) = widen(src[0, n)) (exact for every dtype).

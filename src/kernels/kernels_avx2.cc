@@ -19,7 +19,9 @@ namespace sinkq::detail::avx2 {
 struct VT {
   using V = __m256;
   static constexpr int W = 8;
-  static constexpr int kMaxTokens = 2;  // 4 rows x 2 tokens = 8 accumulators of 16 ymm registers
+  static constexpr int kChains = 2;
+  // 3 rows x 2 tokens x 2 chains = 12 accumulators + 3 weight vectors + x of 16 ymm registers.
+  static constexpr int kTileRows = 3, kMaxTokens = 2;
   static constexpr int64_t kGemvMaxT = 16;
   static V zero() { return _mm256_setzero_ps(); }
   static V set1(float a) { return _mm256_set1_ps(a); }

@@ -22,7 +22,9 @@ namespace sinkq::detail::avx512 {
 struct VT {
   using V = __m512;
   static constexpr int W = 16;
-  static constexpr int kMaxTokens = 4;  // 4 rows x 4 tokens = 16 accumulators of 32 zmm registers
+  static constexpr int kChains = 2;
+  // 6 rows x 2 tokens x 2 chains = 24 accumulators + 6 weight vectors + x of 32 zmm registers.
+  static constexpr int kTileRows = 6, kMaxTokens = 2;
   static constexpr int64_t kGemvMaxT = 64;
   static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
   static V zero() { return _mm512_setzero_ps(); }

@@ -15,7 +15,8 @@ namespace sinkq::detail::scalar {
 struct VT {
   using V = float;
   static constexpr int W = 1;
-  static constexpr int kMaxTokens = 4;
+  static constexpr int kChains = 2;  // the SIMD paths' order and tiling, one lane wide
+  static constexpr int kTileRows = 3, kMaxTokens = 2;
   static constexpr int64_t kGemvMaxT = 8;
   static V zero() { return 0.0f; }
   static V set1(float a) { return a; }

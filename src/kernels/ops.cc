@@ -6,7 +6,8 @@
 //
 // matmul:  small T (<= 64 AVX-512, 16 AVX2, 8 scalar; KernelTable::gemv_max_t): GEMV straight from
 //          the stored dtype, all T tokens per pass over the weights (decode is bound by weight
-//          bytes); larger T: sgemm on blocks of output features handed to the threads.
+//          bytes: at T = 1 each thread streams its rows one at a time); larger T: sgemm on blocks
+//          of output features handed to the threads.
 //          BF16/F16 blocks are widened into a thread-local fp32 scratch first (bounded memory).
 // sgemm:   every call is single-threaded on the calling thread (sgemm_1t): oneDNN's on the AVX-512
 //          path (its JIT AVX-512 kernels: 1.7-1.9x OpenBLAS 0.3.21's on Zen 5, BENCHMARKS.md),
@@ -119,12 +120,13 @@ void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W,
   });
 }
 
-// Rows per GEMV work item: ~8 items per thread for balance, 8..256 rows, a multiple of the 8-row
-// decode tile so tiles stay full. (Each row's summation order never depends on the tiling.)
+// Rows per GEMV work item: ~8 items per thread for balance, 24..240 rows, a multiple of every
+// ISA's small-batch tile (6 / 3 rows) so tiles stay full. (Each row's summation order never
+// depends on the tiling.)
 int64_t gemv_block_rows(int64_t out, int nt) {
   int64_t rb = out / (int64_t(nt) * 8);
-  rb = rb / 8 * 8;
-  return std::clamp<int64_t>(rb, 8, 256);
+  rb = rb / 24 * 24;
+  return std::clamp<int64_t>(rb, 24, 240);
 }
 
 }  // namespace

@@ -123,22 +123,27 @@ TEST(Matmul, IndependentOfThreadCount) {
 TEST(Matmul, RowsUpToRowwiseMaxEqualEachRowAlone) {
   ktest::StateGuard guard;
   std::mt19937_64 rng(5);
-  const int64_t T = matmul_rowwise_max();
-  ASSERT_GE(T, 2);
+  const int64_t Tmax = matmul_rowwise_max();
+  ASSERT_GE(Tmax, 3);
+  // 577 rows: a remainder after every ISA's small-batch tile (6 / 3 rows); T = 3: a pass with one
+  // token after the two-token tiles. in = 333 ends on a masked step into chain 0 (every ISA),
+  // in = 349 on a full step into chain 0 and a masked one into chain 1 (AVX-512 and AVX2).
   for (Isa isa : ktest::all_isas()) {
     set_isa(isa);
-    for (DType dt : kDtypes) {
-      const ktest::TestMat W = ktest::random_mat(rng, dt, 577, 333);
-      const std::vector<float> x = ktest::random_vec(rng, size_t(T * 333));
-      const std::vector<float> b = ktest::random_vec(rng, 577);
-      std::vector<float> all(size_t(T * 577)), one(577);
-      matmul(x.data(), T, W.mat(), b.data(), all.data());
-      for (int64_t t = 0; t < T; ++t) {
-        matmul(x.data() + t * 333, 1, W.mat(), b.data(), one.data());
-        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + t * 577, 577 * 4))
-            << ktest::ctx(isa, std::string(dtype_name(dt))) << " row " << t << " of " << T;
-      }
-    }
+    for (DType dt : kDtypes)
+      for (int64_t in : {int64_t(333), int64_t(349)})
+        for (int64_t T : {int64_t(3), Tmax}) {
+          const ktest::TestMat W = ktest::random_mat(rng, dt, 577, in);
+          const std::vector<float> x = ktest::random_vec(rng, size_t(T * in));
+          const std::vector<float> b = ktest::random_vec(rng, 577);
+          std::vector<float> all(size_t(T * 577)), one(577);
+          matmul(x.data(), T, W.mat(), b.data(), all.data());
+          for (int64_t t = 0; t < T; ++t) {
+            matmul(x.data() + t * in, 1, W.mat(), b.data(), one.data());
+            EXPECT_EQ(0, std::memcmp(one.data(), all.data() + t * 577, 577 * 4))
+                << ktest::ctx(isa, std::string(dtype_name(dt))) << " in=" << in << " row " << t << " of " << T;
+          }
+        }
   }
 }
 

@@ -71,7 +71,7 @@ void expect_packed_equals_sim(const quant::Recipe& cfg) {
     const double d = testing::rel_diff(a, b);
     std::printf("  %s on %s: decode steps' max|dlogit|/max|logit| %.3g\n", cfg.describe().c_str(),
                 std::string(isa_name(isa)).c_str(), d);
-    EXPECT_LE(d, 1e-3) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_LE(d, 1e-2) << cfg.describe() << " " << isa_name(isa);
     // A second sequence in the same store (rows rewritten from 0), prefill only.
     EXPECT_TRUE(bit_equal(run(fs, testing::prompt(30, 3), 30), run(fp, testing::prompt(30, 3), 30)));
   }
@@ -137,17 +137,18 @@ void expect_window_paths_agree(quant::Recipe cfg, int window) {
     const std::vector<float> a = run(*f, toks, 40), b = run(*f, toks, 25);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_TRUE(bit_equal(std::vector<float>(a.begin(), a.begin() + V), std::vector<float>(b.begin(), b.begin() + V)));
-    // The paths differ by summation order (~1e-6 per attention output), which at 2-3 bits can
-    // move a value across a decision boundary in a later layer: one such flip moves these logits
-    // by up to ~1e-4 of the largest (measured 6e-7 to 5e-5). 1e-3 keeps that margin and stays 10x
-    // below what the window itself changes (asserted next), so rows attended in the wrong
-    // precision would fail.
+    // The paths differ by summation order (~1e-6 per attention output; the prefill's linears run
+    // sgemm, the decode steps the GEMV), which at 2-3 bits can move a value across a decision
+    // boundary in a later layer: such flips moved these logits by 4e-7 to 1.4e-3 of the largest
+    // (the largest on the AVX2 path with the GEMV's two-chain order). 1e-2 keeps a 7x margin and
+    // stays 19x below what the window itself changes (asserted next: >= 0.195), so rows attended
+    // in the wrong precision would fail.
     const double d = testing::rel_diff(a, b);
     auto p = store_forward(plain, 64);
     const double w = testing::rel_diff(a, run(*p, toks, 40));
     std::printf("  %s on %s: prefill vs decode steps %.3g; window vs none %.3g\n", cfg.describe().c_str(),
                 std::string(isa_name(isa)).c_str(), d, w);
-    EXPECT_LE(d, 1e-3) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_LE(d, 1e-2) << cfg.describe() << " " << isa_name(isa);
     EXPECT_GE(w, 1e-2) << cfg.describe() << " " << isa_name(isa);
   }
 }

@@ -25,8 +25,10 @@ namespace sinkq::lowbit::detail::avx512 {
 
 struct VT {
   // 32 zmm: GEMM 8-bit 2 blocks x 8 tokens = 16 accumulators; 4-bit per-group 2 x 4 int32 + 2 x 4
-  // fp32 accumulators; GEMV 4 blocks (64 rows) per pass.
-  static constexpr int kGemvBlocks = 4, kGemmBlocks = 2;
+  // fp32 accumulators. GEMV: one block (16 rows) at a time, one stream through memory, over 4
+  // accumulators (vpdpbusd's latency; 4-bit does two per step): 4 blocks at once (4 streams) were
+  // 1.3-1.6x slower from DRAM (BENCHMARKS.md, eleventh session).
+  static constexpr int kGemvBlocks = 1, kGemvChains = 4, kGemmBlocks = 2;
   static constexpr int kTokens8 = 8, kTokens4 = 8, kTokens4G = 4;
   static constexpr bool kSigned8 = false;  // vpdpbusd takes the offset bytes directly
   using I16 = __m512i;
@@ -50,6 +52,7 @@ struct VT {
     a = _mm512_dpbusd_epi32(a, w.hi, _mm512_set1_epi32(xhi));
   }
   static I16 fin(const __m512i& a) { return a; }
+  static __m512i acc_add(__m512i a, __m512i b) { return _mm512_add_epi32(a, b); }
   static I16 sub_scalar(I16 i, int32_t c) { return _mm512_sub_epi32(i, _mm512_set1_epi32(c)); }
   static I16 sub_mul(I16 i, const int32_t* z, int32_t c) {
     return _mm512_sub_epi32(i, _mm512_mullo_epi32(_mm512_loadu_si512(z), _mm512_set1_epi32(c)));

@@ -11,7 +11,7 @@
 namespace sinkq::lowbit::detail::scalar {
 
 struct VT {
-  static constexpr int kGemvBlocks = 1, kGemmBlocks = 1;
+  static constexpr int kGemvBlocks = 1, kGemvChains = 1, kGemmBlocks = 1;
   static constexpr int kTokens8 = 4, kTokens4 = 4, kTokens4G = 4;
   static constexpr bool kSigned8 = false;
   struct I16 {

@@ -210,20 +210,26 @@ TEST(Attention, SingleKeyReturnsVExactly) {
   }
 }
 
-// Each (t, h) is computed by one thread in a fixed order: bit-identical for any thread count.
+// Each (t, h) is computed in a fixed order whichever thread takes it: bit-identical for any thread
+// count — prefill (T = 33: the blocked path) and decode (T = 1, 3, with and without a window;
+// 300-700 keys, so two threads are used).
 TEST(Attention, IndependentOfThreadCount) {
   ktest::StateGuard guard;
   std::mt19937_64 rng(14);
   for (Isa isa : ktest::all_isas()) {
     set_isa(isa);
-    const Case c{8, 2, 64, 0, 100, 33};
-    const Cache m = make_cache(rng, c);
-    std::vector<float> o1(m.q.size()), o2(m.q.size());
-    set_num_threads(1);
-    attention(AttnShape{8, 2, 64, 0}, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, o1.data());
-    set_num_threads(2);
-    attention(AttnShape{8, 2, 64, 0}, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, o2.data());
-    EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4)) << isa_name(isa);
+    for (const Case c : {Case{8, 2, 64, 0, 100, 33}, Case{8, 2, 64, 0, 700, 1}, Case{9, 3, 64, 0, 700, 3},
+                         Case{9, 3, 64, 300, 700, 1}}) {
+      const Cache m = make_cache(rng, c);
+      const AttnShape shape{c.H, c.Hkv, c.D, c.window};
+      std::vector<float> o1(m.q.size()), o2(m.q.size());
+      set_num_threads(1);
+      attention(shape, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, o1.data());
+      set_num_threads(2);
+      attention(shape, m.q.data(), m.k.data(), m.v.data(), c.n_past, c.T, o2.data());
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4))
+          << isa_name(isa) << " H=" << c.H << " Hkv=" << c.Hkv << " T=" << c.T << " window=" << c.window;
+    }
   }
 }
 

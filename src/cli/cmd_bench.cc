@@ -28,7 +28,7 @@
 //
 // --kv-only --ctx N[,N...] [--kv fp32,int8,int4,nuq4,nuq3-1pct,...] times one decode step's
 // attention over a synthetic KV cache of N tokens of the shape (--random, default 1b, or -m's
-// config.json: no weights are loaded), per storage, with bytes per token, total KV memory, fill
+// config.json or GGUF metadata: no weights are loaded), per storage, with bytes per token, total KV memory, fill
 // time and ms per token; a storage that does not fit in MemAvailable is reported with what it
 // would need and skipped (perf/kv_only.h).
 //
@@ -138,9 +138,7 @@ void run_kv_only_bench(const Opts& o) {
   ModelConfig c;
   std::string name;
   if (!o.model.empty()) {
-    SINKQ_CHECK(std::filesystem::is_directory(o.model),
-                "--kv-only -m {}: expected a Hugging Face model directory (only its config.json is read)", o.model);
-    c = ModelConfig::load((std::filesystem::path(o.model) / "config.json").string());
+    c = model_config_of(o.model);  // a model directory's config.json or a GGUF file's metadata
     name = o.model;
   } else {
     const std::string shape = o.random.empty() ? "1b" : o.random;
@@ -252,7 +250,7 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--kv-only", o->kv_only,
                 "Time one decode step's attention over a synthetic KV cache of --ctx tokens per --kv storage (no "
-                "weights: the shape of --random, default 1b, or of -m's config.json)");
+                "weights: the shape of --random, default 1b, or of -m's config: config.json or GGUF metadata)");
   cmd->add_option("--ctx", o->ctx_list, "With --kv-only: comma-separated context lengths")->capture_default_str();
   cmd->add_option("--kv", o->kv,
                   "With --kv-only: comma-separated KV storages: fp32, fp16 (bytes only), int8, int4, nuq4, nuq3, "

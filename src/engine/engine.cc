@@ -58,8 +58,7 @@ Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt)
   if (!r.prefix.tokens.empty()) p.prefix_min = int64_t(r.prefix.tokens.size());
   else if (p.has_prefix)
     p.prefix_min = r.prefix.spec == "auto" ? 1 : int64_t(sinkq::prefix_tokens(parse_prefix_spec(r.prefix.spec), *p.tokenizer, path).size());
-  p.max_position = GgufFile::looks_like_gguf(path) ? model_config_from_gguf(*GgufFile::open(path)).max_position_embeddings
-                                                   : ModelConfig::load(path + "/config.json").max_position_embeddings;
+  p.max_position = model_config_of(path).max_position_embeddings;
   return p;
 }
 

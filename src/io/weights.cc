@@ -212,13 +212,26 @@ void LayerRange::check(int layers) const {
               "layer range [{}, {}) is not a stage of a model with {} layers", begin, end_of(layers), layers);
 }
 
-ModelFiles ModelFiles::load(const std::string& dir, LayerRange range) {
-  if (GgufFile::looks_like_gguf(dir)) return load_gguf(dir, range);
+namespace {
+// A model directory's config.json path, after checking the directory (errors name it).
+std::string config_json_of(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) fail("model directory '{}' does not exist", dir);
   if (!fs::is_directory(dir, ec)) fail("model path '{}' is neither a directory nor a GGUF file", dir);
   const std::string cfg_path = dir + "/config.json";
   if (!fs::exists(cfg_path, ec)) fail("model directory '{}' has no config.json", dir);
+  return cfg_path;
+}
+}  // namespace
+
+ModelConfig model_config_of(const std::string& path) {
+  if (GgufFile::looks_like_gguf(path)) return model_config_from_gguf(*GgufFile::open(path));
+  return ModelConfig::load(config_json_of(path));
+}
+
+ModelFiles ModelFiles::load(const std::string& dir, LayerRange range) {
+  if (GgufFile::looks_like_gguf(dir)) return load_gguf(dir, range);
+  const std::string cfg_path = config_json_of(dir);
   ModelFiles m;
   m.dir = dir;
   m.config = ModelConfig::load(cfg_path);

@@ -180,5 +180,8 @@ struct ModelFiles {
 class GgufFile;
 // The HF-equivalent config of a GGUF file's `{arch}.*` metadata, validated by ModelConfig::from_json.
 ModelConfig model_config_from_gguf(const GgufFile& g);
+// The config of a model path as ModelFiles::load reads it: a GGUF file's metadata, else the
+// directory's config.json (errors name the path).
+ModelConfig model_config_of(const std::string& path);
 
 }  // namespace sinkq

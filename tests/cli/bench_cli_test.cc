@@ -172,6 +172,14 @@ TEST(BenchCli, KvOnly) {
   expect_error(clitest::run(with(base, {"--ctx", "12x"})), {"--ctx", "12x"});
   expect_error(clitest::run(with(base, {"--ctx", "0"})), {"--ctx", "'0'"});
   expect_error(clitest::run(with(base, {"--quant", "w4a8"})), {"--kv-only", "--quant"});
+  // -m: the shape of a model directory's config.json or of a GGUF file's metadata (SmolLM2: 30
+  // layers x K and V x 3 KV heads x 64 x 4 bytes = 46,080 bytes per fp32 token).
+  const std::vector<std::string> m = {"bench", "--kv-only", "--ctx", "8", "--kv", "fp32", "--reps", "1", "--threads", "1",
+                                      "--bw-probe-mib", "16", "--json", "-m"};
+  const RunResult g = clitest::run(with(m, {testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf"}));
+  ASSERT_EQ(g.rc, 0) << g.err;
+  EXPECT_EQ(json::parse(g.out).at("results").at(0).at("bytes_per_token").get<double>(), 30.0 * 2 * 3 * 64 * 4);
+  expect_error(clitest::run(with(m, {"/nonexistent/model"})), {"/nonexistent/model", "does not exist"});
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -71,6 +72,42 @@ void gemv_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"isa", "dtype", "out", "in"})->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 BENCHMARK(BM_Gemv)->Apply(gemv_args);
+
+// Decode's real case: every call's matrix comes from DRAM (between two uses of a matrix the
+// model's other weights pass through the caches). Copies of one matrix totalling >= 256 MiB,
+// called in turn, so each call starts cold as in a decode step — also at SmolLM2-135M's small
+// shapes, where per-call start-up shows. Bytes/s of weights, against BM_MemBw. Args: isa, dtype,
+// out, in.
+void BM_GemvCold(benchmark::State& st) {
+  if (!use_isa(st, st.range(0))) return;
+  const Mat& W = weights(DType(st.range(1)), st.range(2), st.range(3));
+  const size_t bytes = size_t(W.rows * W.cols) * dtype_size(W.dtype);
+  const size_t copies = std::max<size_t>(2, (size_t(256) << 20) / bytes + 1);
+  std::vector<uint8_t> store(copies * bytes);
+  std::vector<Mat> mats;
+  for (size_t c = 0; c < copies; ++c) {
+    std::memcpy(store.data() + c * bytes, W.data, bytes);
+    mats.push_back(Mat{W.dtype, W.rows, W.cols, store.data() + c * bytes, "bench"});
+  }
+  const std::vector<float> x = vec(size_t(W.cols), 1);
+  std::vector<float> y(static_cast<size_t>(W.rows));
+  size_t c = 0;
+  for (auto _ : st) {
+    matmul(x.data(), 1, mats[c], nullptr, y.data());
+    benchmark::DoNotOptimize(y.data());
+    c = c + 1 == copies ? 0 : c + 1;
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(bytes));
+  st.SetLabel(std::string(isa_name(active_isa())) + " " + std::string(dtype_name(W.dtype)));
+}
+void gemv_cold_args(benchmark::internal::Benchmark* b) {
+  // SmolLM2-135M's q / gate / down projections, the 1B shape's gate.
+  for (int isa : {1, 2})
+    for (int dt : {int(DType::F32), int(DType::BF16)})
+      for (auto [o, i] : {std::pair{576, 576}, {1536, 576}, {576, 1536}, {5632, 2048}}) b->Args({isa, dt, o, i});
+  b->ArgNames({"isa", "dtype", "out", "in"})->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_GemvCold)->Apply(gemv_cold_args);
 
 // Small-T batches (speculative decode, short prompts): all T tokens share one pass over the
 // weights up to KernelTable::gemv_max_t (64 AVX-512, 16 AVX2), sgemm above. Args: T.

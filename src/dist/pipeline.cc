@@ -78,7 +78,7 @@ LayerBytes layer_bytes(const std::string& path) {
     for (const GgufTensor& t : g->tensors()) c.add(t.name, t.numel() * 4);  // dequantized to fp32
     return c.b;
   }
-  const ModelConfig cfg = ModelConfig::load(path + "/config.json");
+  const ModelConfig cfg = model_config_of(path);
   c.b.layers.assign(size_t(cfg.num_layers), 0);
   c.tied = cfg.tie_word_embeddings;
   // A sinkq artifact (runtime/artifact.h: sinkq_recipe.json + model.safetensors, raw integer

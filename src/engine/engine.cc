@@ -49,7 +49,7 @@ Engine::Preview Engine::preview(const std::string& path, const OpenOptions& opt)
     p.has_prefix = pj && pj->is_object() && pj->contains("tokens") && (*pj)["tokens"].is_array();
     p.prefix_min = p.has_prefix ? int64_t((*pj)["tokens"].size()) : 0;  // load_artifact validates it
     p.prefix_name = "of the artifact";
-    p.max_position = ModelConfig::load(path + "/config.json").max_position_embeddings;
+    p.max_position = model_config_of(path).max_position_embeddings;
     return p;
   }
   const quant::Recipe r = opt.recipe ? *opt.recipe : quant::Recipe::from_preset("fp16");

@@ -122,6 +122,11 @@ std::unique_ptr<Forward> store_forward(const quant::SimModel& sm, int64_t ctx) {
 // The two attention paths of a windowed store compute the same thing: one 40-token prefill (every
 // query its own window, through fp32 over the decoded rows) against a 25-token prefill then decode
 // steps (the fused kernels over the old rows, the recent int8 rows beside the prefix). Every ISA.
+// No position is bit-identical between the two runs, not even the first (prefilled in both): its
+// linears and attention run as sgemm calls of 40 vs 25 rows, and the BLAS picks kernels per CPU
+// and per shape (OpenBLAS's SkylakeX / Cooperlake kernels, which AVX-512 Zen 4 hosts get, round row
+// 0 differently for the two shapes; docs/architecture.md "Reproducibility"). Every position,
+// the first included, is held to the bound below.
 void expect_window_paths_agree(quant::Recipe cfg, int window) {
   IsaRestore restore;
   cfg.kv.recent = window;
@@ -136,20 +141,21 @@ void expect_window_paths_agree(quant::Recipe cfg, int window) {
     auto f = store_forward(sm, 64);
     const std::vector<float> a = run(*f, toks, 40), b = run(*f, toks, 25);
     ASSERT_EQ(a.size(), b.size());
-    EXPECT_TRUE(bit_equal(std::vector<float>(a.begin(), a.begin() + V), std::vector<float>(b.begin(), b.begin() + V)));
+    ASSERT_EQ(a.size(), size_t(40) * V);
     // The paths differ by summation order (~1e-6 per attention output; the prefill's linears run
     // sgemm, the decode steps the GEMV), which at 2-3 bits can move a value across a decision
-    // boundary in a later layer: such flips moved these logits by 4e-7 to 1.4e-3 of the largest
-    // (the largest on the AVX2 path with the GEMV's two-chain order). 1e-2 keeps a 7x margin and
-    // stays 19x below what the window itself changes (asserted next: >= 0.195), so rows attended
-    // in the wrong precision would fail.
+    // boundary in a later layer: such flips moved these logits by 4e-7 to 2.9e-3 of the largest
+    // over the BLAS kernel sets of the host kinds (2.9e-3: the 2-bit case on the scalar and AVX2
+    // paths with OpenBLAS's SkylakeX / Cooperlake kernels; 1.4e-3 with its Haswell ones). 2e-2
+    // keeps a 7x margin over that and stays 10x below what the window itself changes (asserted
+    // next: >= 0.195), so rows attended in the wrong precision would fail.
     const double d = testing::rel_diff(a, b);
     auto p = store_forward(plain, 64);
     const double w = testing::rel_diff(a, run(*p, toks, 40));
     std::printf("  %s on %s: prefill vs decode steps %.3g; window vs none %.3g\n", cfg.describe().c_str(),
                 std::string(isa_name(isa)).c_str(), d, w);
-    EXPECT_LE(d, 1e-2) << cfg.describe() << " " << isa_name(isa);
-    EXPECT_GE(w, 1e-2) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_LE(d, 2e-2) << cfg.describe() << " " << isa_name(isa);
+    EXPECT_GE(w, 2e-2) << cfg.describe() << " " << isa_name(isa);
   }
 }
 

@@ -314,34 +314,59 @@ std::string ppl_figures(const JobRun& r) {
   return f;
 }
 
-TEST(Mpirun, PerplexityIsBitIdenticalForOneTwoAndThreeRanks) {
+// One ppl case: SmolLM2 at full precision, mixtext, and the packed artifact with its prefix, also
+// with --kld (the source model's stages behind the same prefix, computed over the stages); 5
+// windows so the pipeline holds several at once. One test per case (ctest runs them side by side,
+// each under its own timeout): on a loaded 2-core host the four took 65 s idle in one test.
+// SmolLM2's cases run at one rank count each (every rank loads the model; under a load of ~9 the
+// three counts of the artifact's --kld case took 90 s): 3 ranks give a first, middle and last stage.
+struct PplCase {
+  const char* name;
+  std::string (*model)();  // nullptr: the artifact made by the test
+  int64_t ctx;
+  bool kld;
+  std::vector<int> ranks;
+};
+const PplCase kPplCases[] = {{"smollm2", &smollm2, 128, false, {2}},
+                             {"mixtext", &mixtext, 96, false, {1, 2, 3}},
+                             {"artifact", nullptr, 128, false, {3}},
+                             {"artifact_kld", nullptr, 128, true, {2}}};
+
+void PrintTo(const PplCase& c, std::ostream* os) { *os << c.name; }
+
+class MpirunPpl : public ::testing::TestWithParam<PplCase> {};
+
+TEST_P(MpirunPpl, BitIdenticalForOneTwoAndThreeRanks) {
   ASSERT_EQ(std::system("command -v mpirun >/dev/null"), 0) << "mpirun (openmpi-bin) is not installed";
+  const PplCase& c = GetParam();
   testing::TempDir tmp;
-  const std::string art = tmp.file("w4a8kv4-bos-head4");
-  const JobRun q = run(0, {"quantize", "-m", smollm2(), "--preset", "w4a8kv4", "--prefix", "bos", "--head-bits", "4",
-                        "-o", art});
-  ASSERT_EQ(q.rc, 0) << q.err;
-  // SmolLM2 at full precision, mixtext, and the packed artifact with its prefix, also with --kld
-  // (the source model's stages behind the same prefix, computed over the stages); 5 windows so
-  // the pipeline holds several at once.
-  for (const auto& [model, ctx, kld] : {std::tuple{smollm2(), 128, false}, std::tuple{mixtext(), 96, false},
-                                        std::tuple{art, 128, false}, std::tuple{art, 128, true}}) {
-    std::vector<std::string> args = ppl_args(model, ctx, 5);
-    if (kld) args.push_back("--kld");
-    const std::string one = ppl_figures(run(0, args));
-    ASSERT_EQ(one.rfind("no JSON", 0), std::string::npos) << one;
-    EXPECT_EQ(one.find(" kld ") != std::string::npos, kld) << one;
-    for (int np : {1, 2, 3}) {
-      const JobRun r = run(np, args);
-      EXPECT_EQ(r.rc, 0) << r.err;
-      EXPECT_EQ(ppl_figures(r), one) << model << " -np " << np;
-      if (np > 1) {
-        EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),
-                  std::string::npos) << r.err;
-      }
+  std::string model;
+  if (c.model) {
+    model = c.model();
+  } else {
+    model = tmp.file("w4a8kv4-bos-head4");
+    const JobRun q = run(0, {"quantize", "-m", smollm2(), "--preset", "w4a8kv4", "--prefix", "bos", "--head-bits", "4",
+                          "-o", model});
+    ASSERT_EQ(q.rc, 0) << q.err;
+  }
+  std::vector<std::string> args = ppl_args(model, c.ctx, 5);
+  if (c.kld) args.push_back("--kld");
+  const std::string one = ppl_figures(run(0, args));
+  ASSERT_EQ(one.rfind("no JSON", 0), std::string::npos) << one;
+  EXPECT_EQ(one.find(" kld ") != std::string::npos, c.kld) << one;
+  for (int np : c.ranks) {
+    const JobRun r = run(np, args);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    EXPECT_EQ(ppl_figures(r), one) << model << " -np " << np;
+    if (np > 1) {
+      EXPECT_NE(r.err.find("sinkq (rank " + std::to_string(np - 1) + " of " + std::to_string(np) + "): layers"),
+                std::string::npos) << r.err;
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, MpirunPpl, ::testing::ValuesIn(kPplCases),
+                         [](const ::testing::TestParamInfo<PplCase>& i) { return std::string(i.param.name); });
 
 TEST(Mpirun, GenerateAndBenchRunThroughThePipeline) {
   const std::vector<std::string> gen = {"generate", "-m", smollm2(), "-p", "The capital of France is", "-n", "16",
@@ -395,52 +420,74 @@ void expect_same_files(const std::string& a, const std::string& b) {
     EXPECT_TRUE(read_file(a + "/" + n) == read_file(b + "/" + n)) << n << " differs between " << a << " and " << b;
 }
 
-TEST(Mpirun, QuantizeWritesTheSameArtifactForOneTwoAndThreeRanks) {
+std::string calib_text() { return shared_dir() + "/data/wikitext-2/wiki.valid.tokens"; }
+
+struct QuantCase {
+  const char* name;
+  std::string (*model)();
+  std::vector<int> ranks;  // against one process; SmolLM2's at one count (each rank loads it)
+  std::vector<std::string> flags;
+};
+
+// Calibrated over the stages: rotation, the prefix (auto: the outlier-token search's rows gathered
+// on rank 0; bos) and its KV rows, the weight clip grid, the static activation / KV scale searches
+// and block-wise fine-tuning (PrefixQuant), on mixtext (untied) and SmolLM2 (tied) with the int8
+// head; CrossQuant's static columns (the maxima per stage, folded into each stage's weights);
+// without calibration: round to nearest, the int4 head (tied table on the first stage). One test
+// per recipe, each under its own timeout: together they took 92 s idle and ran past 300 s on a
+// host loaded to ~12 (three ranks on two cores beside the other tests); alone, under a load of ~9,
+// the SmolLM2 calibration at 2 and 3 ranks took 169 s.
+const std::vector<QuantCase>& quant_cases() {
+  static const std::vector<QuantCase> cases = {
+      {"pq_mixtext", &mixtext, {2, 3}, {"--preset", "prefixquant-w4a4kv4", "--calib", calib_text(), "--calib-samples", "3",
+                                "--calib-len", "48", "--finetune", "blockwise", "--finetune-epochs", "1"}},
+      {"pq_smollm2", &smollm2, {3}, {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
+                                "--calib", calib_text(), "--calib-samples", "1", "--calib-len", "16"}},
+      {"cross_mixtext", &mixtext, {2, 3}, {"--preset", "w8a8", "--a-quant", "cross", "--a-cross-cols", "static", "--calib",
+                                   calib_text(), "--calib-samples", "2", "--calib-len", "32"}},
+      {"rtn_smollm2", &smollm2, {2}, {"--preset", "w4a8kv4", "--head-bits", "4"}},
+  };
+  return cases;
+}
+
+class MpirunQuantize : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(MpirunQuantize, WritesTheSameArtifactForOneTwoAndThreeRanks) {
+  const QuantCase& c = quant_cases()[GetParam()];
   testing::TempDir tmp;
-  const std::string calib = shared_dir() + "/data/wikitext-2/wiki.valid.tokens";
-  struct Case {
-    std::string name, model;
-    std::vector<std::string> flags;
+  auto args = [&](const std::string& out) {
+    std::vector<std::string> a = {"quantize", "-m", c.model(), "-o", out, "--threads", "1"};
+    a.insert(a.end(), c.flags.begin(), c.flags.end());
+    return a;
   };
-  const Case cases[] = {
-      // Calibrated over the stages: rotation, the prefix (auto: the outlier-token search's rows
-      // gathered on rank 0; bos) and its KV rows, the weight clip grid, the static activation / KV
-      // scale searches and block-wise fine-tuning (PrefixQuant), on mixtext (untied) and SmolLM2
-      // (tied) with the int8 head.
-      {"pq-mixtext", mixtext(), {"--preset", "prefixquant-w4a4kv4", "--calib", calib, "--calib-samples", "3",
-                                 "--calib-len", "48", "--finetune", "blockwise", "--finetune-epochs", "1"}},
-      {"pq-smollm2", smollm2(), {"--preset", "w8a8kv8-static", "--rotate", "--prefix", "bos", "--head-bits", "8",
-                                 "--calib", calib, "--calib-samples", "1", "--calib-len", "16"}},
-      // CrossQuant's static columns: the maxima per stage, folded into each stage's weights.
-      {"cross-mixtext", mixtext(), {"--preset", "w8a8", "--a-quant", "cross", "--a-cross-cols", "static",
-                                    "--calib", calib, "--calib-samples", "2", "--calib-len", "32"}},
-      // Without calibration: round to nearest, the int4 head (tied table on the first stage).
-      {"rtn-smollm2", smollm2(), {"--preset", "w4a8kv4", "--head-bits", "4"}},
-  };
-  for (const Case& c : cases) {
-    auto args = [&](const std::string& out) {
-      std::vector<std::string> a = {"quantize", "-m", c.model, "-o", out, "--threads", "1"};
-      a.insert(a.end(), c.flags.begin(), c.flags.end());
-      return a;
-    };
-    const std::string one = tmp.file(c.name + "-1");
-    const JobRun r1 = run(0, args(one));
-    ASSERT_EQ(r1.rc, 0) << r1.err;
-    for (int np : {2, 3}) {
-      const std::string out = tmp.file(c.name + "-" + std::to_string(np));
-      const JobRun r = run(np, args(out));
-      ASSERT_EQ(r.rc, 0) << c.name << " -np " << np << ": " << r.err;
-      expect_same_files(one, out);
-    }
+  const std::string one = tmp.file(std::string(c.name) + "-1");
+  const JobRun r1 = run(0, args(one));
+  ASSERT_EQ(r1.rc, 0) << r1.err;
+  for (int np : c.ranks) {
+    const std::string out = tmp.file(std::string(c.name) + "-" + std::to_string(np));
+    const JobRun r = run(np, args(out));
+    ASSERT_EQ(r.rc, 0) << c.name << " -np " << np << ": " << r.err;
+    expect_same_files(one, out);
   }
-  // The same recipe simulated over the stages: the same perplexity as in one process.
+}
+
+INSTANTIATE_TEST_SUITE_P(Recipes, MpirunQuantize, ::testing::Range(size_t(0), size_t(4)),
+                         [](const ::testing::TestParamInfo<size_t>& i) {
+                           return std::string(quant_cases()[i.param].name);
+                         });
+
+TEST(Mpirun, SimulatedRecipeOverStagesAndRefusals) {
+  testing::TempDir tmp;
+  // The first recipe simulated over the stages: the same perplexity as in one process.
   std::vector<std::string> sim = ppl_args(mixtext(), 64, 3);
-  sim.insert(sim.end(), cases[0].flags.begin(), cases[0].flags.end());
+  sim.insert(sim.end(), quant_cases()[0].flags.begin(), quant_cases()[0].flags.end());
   const std::string want = ppl_figures(run(0, sim));
+  ASSERT_EQ(want.rfind("no JSON", 0), std::string::npos) << want;
   EXPECT_EQ(ppl_figures(run(2, sim)), want);
   // What needs the whole model at once is refused, naming the flag.
   const JobRun r = run(2, {"quantize", "-m", mixtext(), "-o", tmp.file("cal"), "--preset", "w8a8kv8", "--prefix",
-                           "bos", "--prefix-train", "1", "--calib", calib, "--calib-samples", "2", "--calib-len", "32"});
+                           "bos", "--prefix-train", "1", "--calib", calib_text(), "--calib-samples", "2",
+                           "--calib-len", "32"});
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("--prefix-train is not distributed yet"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(tmp.file("cal")));

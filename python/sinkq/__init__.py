@@ -25,6 +25,26 @@ import os as _os
 # variable when it is loaded, i.e. by the import below; set OMP_WAIT_POLICY yourself to override.
 _os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
+
+# OpenBLAS (the AVX2 and scalar paths' sgemm) runs its AVX2 kernels on every CPU with AVX2 + FMA,
+# as the CLI has it (src/cli/main.cc): left to itself it picks a kernel set per CPU model, each
+# rounding differently, so results would differ between hosts. It reads the variable when it is
+# loaded, i.e. by the import below (unless an earlier import loaded the same library).
+def _cpu_has_avx2_fma():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = line.split()
+                    return "avx2" in flags and "fma" in flags
+    except OSError:
+        pass
+    return False
+
+
+if "OPENBLAS_CORETYPE" not in _os.environ and _cpu_has_avx2_fma():
+    _os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+
 from ._sinkq import Error, Generation, Model, load, presets, quantize  # noqa: E402
 
 try:

@@ -52,6 +52,7 @@
 #include "formats/quantizer.h"
 #include "kernels/cpu_features.h"
 #include "kernels/membw.h"
+#include "kernels/ops.h"
 #include "lowbit/kernels.h"
 #include "model/model.h"
 #include "perf/bench.h"
@@ -180,13 +181,13 @@ void run_kv_only_bench(const Opts& o) {
                      {"outliers", r.outliers}});
     print_json({{"shape", name}, {"layers", c.num_layers}, {"heads", c.num_heads}, {"kv_heads", c.num_kv_heads},
                 {"head_dim", c.head_dim}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
-                {"measured_read_gbs", measured}, {"reps", o.reps}, {"results", arr}});
+                {"cpu", cpu_description()}, {"measured_read_gbs", measured}, {"reps", o.reps}, {"results", arr}});
     return;
   }
   fmt::print("decode attention over a synthetic KV cache: {} ({} layers, {}/{} heads, head_dim {}), {} threads, {} "
-             "kernels, measured read bandwidth {:.1f} GB/s\n\n",
+             "kernels, measured read bandwidth {:.1f} GB/s\nhost: {}\n\n",
              name, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, num_threads(), isa_name(active_isa()),
-             measured);
+             measured, cpu_description());
   fmt::print("{:<12} {:>9} {:>10} {:>10} {:>9} {:>11} {:>7} {:>6}  {}\n", "storage", "ctx", "B/token", "KV GB",
              "fill s", "ms/token", "GB/s", "% bw", "note");
   for (const KvOnlyResult& r : res) {
@@ -413,7 +414,7 @@ void register_bench(CLI::App& app) {
     const double measured = measure_read_bandwidth_gbs(size_t(o->bw_probe_mib) << 20);
     nlohmann::json j = {
         {"model", name}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
-        {"lowbit_isa", lowbit::kernel_isa_name()},
+        {"lowbit_isa", lowbit::kernel_isa_name()}, {"cpu", cpu_description()}, {"sgemm", sgemm_backend(active_isa())},
         {"parameters", model->weights().parameter_count()},
         {"prefill_tokens", o->prefill}, {"decode_tokens", o->decode}, {"reps", o->reps},
         {"prefill_tokens_per_s", base.prefill_tps}, {"decode_tokens_per_s", base.decode_tps},
@@ -455,8 +456,9 @@ void register_bench(CLI::App& app) {
       print_json(j);
       return;
     }
-    fmt::print("model {}  ({} params, {} threads, {} kernels, lowbit {})\n", name,
-               model->weights().parameter_count(), num_threads(), isa_name(active_isa()), lowbit::kernel_isa_name());
+    fmt::print("model {}  ({} params, {} threads, {} kernels, lowbit {})\nhost: {}; sgemm: {}\n", name,
+               model->weights().parameter_count(), num_threads(), isa_name(active_isa()), lowbit::kernel_isa_name(),
+               cpu_description(), sgemm_backend(active_isa()));
     fmt::print("prefill {:>5} tokens: {:10.1f} tok/s (median of {})\n", o->prefill, base.prefill_tps, o->reps);
     fmt::print("decode  {:>5} tokens: {:10.2f} tok/s  {:.2f} ms/token (median)\n", o->decode, base.decode_tps,
                base.decode_ms);

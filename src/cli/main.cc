@@ -6,22 +6,35 @@
 #include <exception>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "cli/commands.h"
 #include "core/error.h"
 #include "dist/mpi.h"
+#include "kernels/cpu_features.h"
+#include "kernels/ops.h"
 
 namespace {
 
-// OpenMP threads wait passively (sleep on a futex at the end of a parallel region) unless the user
-// chose a policy. libgomp's default spins for ~0.3 ms first; on a shared 2-core machine a spinning
-// worker takes the core the other one needs, and `sinkq ppl` with 2 threads ran 3x slower than with
-// 1 thread beside one busy process (passive: 1.08x; BENCHMARKS.md "Threads on a shared machine").
-// libgomp reads OMP_WAIT_POLICY when it is loaded, before main, so the first start sets the
-// variable and re-executes itself once; set OMP_WAIT_POLICY yourself (e.g. active) to skip this.
-void use_passive_omp_wait(char** argv) {
-  if (std::getenv("OMP_WAIT_POLICY")) return;
-  if (::setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
-  ::execv("/proc/self/exe", argv);  // returns only on failure (no /proc): run on as we are
+// Two libraries read their settings from the environment when they are loaded, before main, so
+// the first start sets what the user left unset and re-executes itself once:
+// - OMP_WAIT_POLICY=passive: OpenMP threads sleep on a futex at the end of a parallel region.
+//   libgomp's default spins for ~0.3 ms first; on a shared 2-core machine a spinning worker takes
+//   the core the other one needs, and `sinkq ppl` with 2 threads ran 3x slower than with 1 thread
+//   beside one busy process (passive: 1.08x; BENCHMARKS.md "Threads on a shared machine").
+// - OPENBLAS_CORETYPE=Haswell (on a CPU with AVX2 + FMA): the AVX2 and scalar paths' sgemm runs
+//   OpenBLAS's AVX2 kernels on every host, so their results have the same bits on every host of
+//   that path (docs/architecture.md "Reproducibility"): left to itself OpenBLAS 0.3.21 picks a
+//   kernel set per CPU model (Zen 4 gets Cooperlake's, CPUs newer than it knows its SSE3 fallback
+//   "Prescott", 2-3x slower), each rounding differently. The AVX-512 path's sgemm is oneDNN's.
+// Set either variable yourself (e.g. OMP_WAIT_POLICY=active) and it is left as it is.
+void set_library_environment(char** argv) {
+  bool changed = false;
+  if (!std::getenv("OMP_WAIT_POLICY") && ::setenv("OMP_WAIT_POLICY", "passive", 1) == 0) changed = true;
+  if (!std::getenv("OPENBLAS_CORETYPE") && int(sinkq::detected_isa()) >= int(sinkq::Isa::Avx2) &&
+      ::setenv("OPENBLAS_CORETYPE", "Haswell", 1) == 0)
+    changed = true;
+  if (changed) ::execv("/proc/self/exe", argv);  // returns only on failure (no /proc): run on as we are
 }
 
 // Under mpirun (dist/mpi.h) an error on any rank ends every rank.
@@ -35,10 +48,17 @@ int fail_with(const char* message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  use_passive_omp_wait(argv);
+  set_library_environment(argv);
   sinkq::dist::init(argc, argv);
   CLI::App app{"sinkq: outlier-aware low-bit quantization and inference of LLMs", "sinkq"};
-  app.set_version_flag("--version", std::string("sinkq ") + SINKQ_VERSION);
+  // --version also names what a result's bits depend on (docs/architecture.md "Reproducibility"):
+  // the CPU, the kernel path and the sgemm library's kernel set. Computed only when asked.
+  app.set_version_flag("--version", [] {
+    using namespace sinkq;
+    return fmt::format("sinkq {}\nhost: {}\nkernels: {} (detected {}); sgemm: {}; AVX2 / scalar paths' sgemm: {}",
+                       SINKQ_VERSION, cpu_description(), isa_name(active_isa()), isa_name(detected_isa()),
+                       sgemm_backend(active_isa()), sgemm_backend(Isa::Avx2));
+  });
   app.require_subcommand(1);
   sinkq::cli::register_inspect(app);
   sinkq::cli::register_tokenize(app);

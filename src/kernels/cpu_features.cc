@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -83,6 +84,38 @@ Isa active_isa() {
     g_active.compare_exchange_strong(expected, int(isa));  // set_isa() may have won the race
   });
   return Isa(g_active.load(std::memory_order_relaxed));
+}
+
+std::string cpu_description() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  char vendor[13] = {};
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+  }
+  unsigned family = 0, model = 0;
+  if (__get_cpuid(1, &a, &b, &c, &d)) {
+    family = (a >> 8) & 0xf;
+    model = (a >> 4) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;  // extended family
+    if (family == 0x6 || family >= 0xf) model += ((a >> 16) & 0xf) << 4;  // extended model
+  }
+  std::string brand;
+  if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000004u) {
+    char buf[49] = {};
+    for (unsigned leaf = 0; leaf < 3; ++leaf) {
+      unsigned r[4];
+      __get_cpuid(0x80000002u + leaf, &r[0], &r[1], &r[2], &r[3]);
+      std::memcpy(buf + 16 * leaf, r, 16);
+    }
+    brand = buf;
+    brand.erase(0, brand.find_first_not_of(' '));
+    brand.erase(brand.find_last_not_of(' ') + 1);
+  }
+  std::string out = brand.empty() ? std::string("unknown CPU") : brand;
+  out += " (" + std::string(vendor) + " family " + std::to_string(family) + " model " + std::to_string(model) + ")";
+  return out;
 }
 
 void set_isa(Isa isa) {

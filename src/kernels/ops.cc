@@ -84,6 +84,26 @@ void sgemm_1t(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
+std::string sgemm_backend(Isa isa_path) {
+  if (isa_path == Isa::Avx512) {
+    const dnnl_version_t* v = dnnl_version();
+    std::string isa = "unknown ISA";
+    switch (dnnl_get_effective_cpu_isa()) {
+      case dnnl_cpu_isa_avx2: isa = "avx2"; break;
+      case dnnl_cpu_isa_avx2_vnni: isa = "avx2_vnni"; break;
+      case dnnl_cpu_isa_avx512_core: isa = "avx512_core"; break;
+      case dnnl_cpu_isa_avx512_core_vnni: isa = "avx512_core_vnni"; break;
+      case dnnl_cpu_isa_avx512_core_bf16: isa = "avx512_core_bf16"; break;
+      case dnnl_cpu_isa_avx512_core_amx: isa = "avx512_core_amx"; break;
+      default: break;
+    }
+    return fmt::format("oneDNN {}.{}.{} ({})", v->major, v->minor, v->patch, isa);
+  }
+  std::string config = openblas_get_config();  // "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ..."
+  const size_t sp = config.find(' ', config.find(' ') + 1);
+  return fmt::format("{} ({})", config.substr(0, sp), openblas_get_corename());
+}
+
 namespace {
 
 // y[:, r0:r1) = x[T, in] · Wf[r0:r1, in]^T with Wf fp32 (row stride in), y row stride ldy.

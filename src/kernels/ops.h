@@ -19,10 +19,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/mat.h"
 #include "core/rope.h"
+#include "kernels/cpu_features.h"
 
 namespace sinkq {
 
@@ -113,6 +115,11 @@ void sgemm_1t(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// The library and kernel set sgemm_1t runs on the given ISA path, e.g. "oneDNN 2.6.3 (avx512_core_bf16)"
+// or "OpenBLAS 0.3.21 (Haswell)": both pick their kernels by CPUID (OpenBLAS 0.3.21 falls back to
+// its SSE3 "Prescott" kernels on CPUs newer than it knows), and a result's bits depend on that
+// choice (docs/architecture.md "Reproducibility"). OPENBLAS_CORETYPE / ONEDNN_MAX_CPU_ISA set it.
+std::string sgemm_backend(Isa isa);
 
 namespace ref {
 // Scalar references: straightforward loops, double accumulation where it clarifies intent.

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +82,35 @@ TEST(CliErrors, ShortTextFailsBeforeTheKvCache) {
   // Simulated quantization with calibration: refused before calibrating, too.
   expect_error(run({"ppl", "-m", d.path(), "-f", text, "--ctx", "536870912", "--preset", "w8a8"}),
                {"too short for one window"});
+}
+
+// --version names what a result's bits depend on (docs/architecture.md "Reproducibility"): the CPU,
+// the kernel path and the sgemm kernel sets; and the CLI pins OpenBLAS to its Haswell kernels on a
+// CPU with AVX2 unless OPENBLAS_CORETYPE is set (then that set runs: as-host.sh relies on it).
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+TEST(Cli, VersionNamesTheHostAndTheKernelSets) {
+  const char* set = std::getenv("OPENBLAS_CORETYPE");
+  const std::string saved = set ? set : "";
+  const bool avx2 = read_file("/proc/cpuinfo").find(" avx2 ") != std::string::npos;
+  ::unsetenv("OPENBLAS_CORETYPE");
+  RunResult r = run({"--version"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("host: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" family "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kernels: "), std::string::npos) << r.out;
+  if (avx2) EXPECT_NE(r.out.find("scalar paths' sgemm: OpenBLAS"), std::string::npos) << r.out;
+  if (avx2) EXPECT_EQ(r.out.substr(r.out.rfind('(')), "(Haswell)\n") << r.out;
+  // A kernel set the user names is the one that runs.
+  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);
+  r = run({"--version"});
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(lower(r.out.substr(r.out.rfind('('))), "(prescott)\n") << r.out;
+  if (set) ::setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  else ::unsetenv("OPENBLAS_CORETYPE");
 }
 
 TEST(Cli, TokenizeJson) {

@@ -26,6 +26,10 @@ echo
 echo "== quantize: sinkq quantize --preset prefixquant-w4a4kv4 (calibration: 4 x 128 tokens of C4)"
 $S quantize -m "$G" --preset prefixquant-w4a4kv4 --calib "$CALIB" --calib-samples 4 --calib-len 128 \
   -o "$A" --force
+# The artifact's bytes, to compare across hosts (docs/architecture.md "Reproducibility": the same on
+# every host of one kernel path), and the host it was made on.
+echo "artifact $A: tensors sha256 $(sha256sum "$A/model.safetensors" | cut -c1-16)"
+$S --version | sed -n '2,3p'
 
 echo
 echo "== perplexity, WikiText-2, 8 windows of 512 behind the [BOS] prefix (the same 4,088 targets)"

@@ -4,8 +4,9 @@
 # equal that kind's (docs/architecture.md "Reproducibility"), e.g.
 #   bash scripts/as-host.sh avx2-zen build/src/cli/sinkq ppl -m MODEL -f TEXT
 #   bash scripts/as-host.sh --list        # the kinds, and which this CPU can act as
-# A kind needs the instructions it uses: an AVX2-only CPU cannot act as an AVX-512 kind (an error,
-# never an illegal-instruction crash).
+# A kind needs its kernel path's instructions: an AVX2-only CPU cannot act as an AVX-512 kind (an
+# error). The kinds' OpenBLAS kernel sets need no more than their path does (Cooperlake's sgemm is
+# AVX-512 F code, which every AVX-512 CPU runs).
 set -euo pipefail
 kinds_file="$(dirname "$0")/host-kinds.txt"
 cpu_has() { grep -qw "$1" /proc/cpuinfo; }
@@ -27,12 +28,12 @@ if [ "${1:-}" = "--list" ] || [ "${1:-}" = "--list-usable" ]; then
   exit 0
 fi
 if [ $# -lt 2 ]; then
-  echo "usage: as-host.sh KIND COMMAND [ARGS...] | --list   (kinds: scripts/host-kinds.txt)" >&2
+  echo "usage: as-host.sh KIND COMMAND [ARGS...] | --list | --list-usable   (kinds: scripts/host-kinds.txt)" >&2
   exit 2
 fi
 want="$1"
 shift
-line="$(awk -v k="$want" '$1 == k { print $2, $3 }' "$kinds_file")"
+line="$(awk -v k="$want" '!/^#/ && $1 == k { print $2, $3 }' "$kinds_file")"
 if [ -z "$line" ]; then
   echo "as-host.sh: unknown host kind '$want'; the kinds: $(awk '!/^#/ && NF { printf "%s ", $1 }' "$kinds_file")" >&2
   exit 2

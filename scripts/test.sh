@@ -25,7 +25,7 @@ echo "test: this host: $(./build/src/cli/sinkq --version | tail -n +2 | paste -s
 native_isa="$(./build/src/cli/sinkq --version | sed -n 's/^kernels: \([a-z0-9]*\) .*/\1/p')"
 # The kernel set the test binaries got (they run unpinned; the CLI pins OpenBLAS to Haswell's).
 native_core="$(python3 -c "import ctypes; f = ctypes.CDLL('libopenblas.so.0').openblas_get_corename
-f.restype = ctypes.c_char_p; print(f().decode())")"
+f.restype = ctypes.c_char_p; print(f().decode())")" || native_core=unknown
 echo "test: the test binaries' OpenBLAS kernel set: $native_core"
 for kind in $(bash scripts/as-host.sh --list-usable); do
   read -r isa core <<<"$(awk -v k="$kind" '$1 == k { print $2, $3 }' scripts/host-kinds.txt)"

@@ -26,26 +26,31 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 
-# OpenBLAS (the AVX2 and scalar paths' sgemm) runs its AVX2 kernels on every CPU with AVX2 + FMA,
+# OpenBLAS (the AVX2 and scalar paths' sgemm) runs its AVX2 kernels on every CPU with AVX2 (+ FMA, F16C),
 # as the CLI has it (src/cli/main.cc): left to itself it picks a kernel set per CPU model, each
 # rounding differently, so results would differ between hosts. It reads the variable when it is
-# loaded, i.e. by the import below (unless an earlier import loaded the same library).
-def _cpu_has_avx2_fma():
+# loaded, i.e. by the import below (unless an earlier import loaded the same library); the variable
+# is removed again after it, so that other BLAS copies (numpy's) and child processes keep theirs.
+def _cpu_has_avx2():
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
                     flags = line.split()
-                    return "avx2" in flags and "fma" in flags
+                    return all(f in flags for f in ("avx2", "fma", "f16c"))
     except OSError:
         pass
     return False
 
 
-if "OPENBLAS_CORETYPE" not in _os.environ and _cpu_has_avx2_fma():
+_pin_blas = "OPENBLAS_CORETYPE" not in _os.environ and _cpu_has_avx2()
+if _pin_blas:
     _os.environ["OPENBLAS_CORETYPE"] = "Haswell"
-
-from ._sinkq import Error, Generation, Model, load, presets, quantize  # noqa: E402
+try:
+    from ._sinkq import Error, Generation, Model, load, presets, quantize  # noqa: E402
+finally:
+    if _pin_blas:
+        del _os.environ["OPENBLAS_CORETYPE"]
 
 try:
     from ._sinkq import __version__  # noqa: E402

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -429,3 +430,20 @@ def test_analyze_matches_cli(s260k):
         s260k.analyze()
     with pytest.raises(ValueError):
         s260k.analyze(texts=["a b c"], bits=9)
+
+
+def test_import_pins_openblas_kernels_and_restores_the_environment():
+    """As the CLI does (docs/architecture.md "Reproducibility"): on a CPU with AVX2 the module loads
+    OpenBLAS with its Haswell kernels, whatever OpenBLAS would pick for this CPU model, and removes
+    the variable again (numpy's own OpenBLAS and child processes keep their choice); a kernel set
+    the user names is the one that runs."""
+    flags = next(line.split() for line in open("/proc/cpuinfo") if line.startswith("flags"))
+    code = ("import ctypes, os, sinkq; f = ctypes.CDLL('libopenblas.so.0').openblas_get_corename; "
+            "f.restype = ctypes.c_char_p; print(f().decode(), os.environ.get('OPENBLAS_CORETYPE'))")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    if all(f in flags for f in ("avx2", "fma", "f16c")):
+        assert out.split() == ["Haswell", "None"]
+    env["OPENBLAS_CORETYPE"] = "Prescott"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["Prescott", "Prescott"]

@@ -25,8 +25,9 @@ namespace {
 // - OPENBLAS_CORETYPE=Haswell (on a CPU with AVX2 + FMA): the AVX2 and scalar paths' sgemm runs
 //   OpenBLAS's AVX2 kernels on every host, so their results have the same bits on every host of
 //   that path (docs/architecture.md "Reproducibility"): left to itself OpenBLAS 0.3.21 picks a
-//   kernel set per CPU model (Zen 4 gets Cooperlake's, CPUs newer than it knows its SSE3 fallback
-//   "Prescott", 2-3x slower), each rounding differently. The AVX-512 path's sgemm is oneDNN's.
+//   kernel set per CPU model (Zen 4 gets Cooperlake's; Intel family-6 models it has no case for,
+//   such as 207, its SSE3 "Prescott" kernels, 2.2-2.35x slower in calibration), each rounding
+//   differently. The AVX-512 path's sgemm is oneDNN's.
 // Set either variable yourself (e.g. OMP_WAIT_POLICY=active) and it is left as it is.
 void set_library_environment(char** argv) {
   bool changed = false;

@@ -20,10 +20,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "io/gguf.h"
@@ -219,7 +222,17 @@ std::string config_json_of(const std::string& dir) {
   if (!fs::exists(dir, ec)) fail("model directory '{}' does not exist", dir);
   if (!fs::is_directory(dir, ec)) fail("model path '{}' is neither a directory nor a GGUF file", dir);
   const std::string cfg_path = dir + "/config.json";
-  if (!fs::exists(cfg_path, ec)) fail("model directory '{}' has no config.json", dir);
+  if (!fs::exists(cfg_path, ec)) {
+    // A folder of GGUF files (as llama.cpp users keep them): name them, sorted, so the user can pick.
+    std::vector<std::string> ggufs;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.path().extension() == ".gguf") ggufs.push_back(e.path().string());
+    std::sort(ggufs.begin(), ggufs.end());
+    if (!ggufs.empty())
+      fail("model directory '{}' has no config.json; it holds {} GGUF file(s): pass one as -m, e.g. -m {}", dir,
+           ggufs.size(), ggufs.front());
+    fail("model directory '{}' has no config.json", dir);
+  }
   return cfg_path;
 }
 }  // namespace

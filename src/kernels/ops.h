@@ -116,8 +116,8 @@ void sgemm_1t(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
           const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 // The library and kernel set sgemm_1t runs on the given ISA path, e.g. "oneDNN 2.6.3 (avx512_core_bf16)"
-// or "OpenBLAS 0.3.21 (Haswell)": both pick their kernels by CPUID (OpenBLAS 0.3.21 falls back to
-// its SSE3 "Prescott" kernels on CPUs newer than it knows), and a result's bits depend on that
+// or "OpenBLAS 0.3.21 (Haswell)": both pick their kernels by CPUID (OpenBLAS 0.3.21 gives Intel
+// family-6 models it has no case for its SSE3 "Prescott" kernels), and a result's bits depend on that
 // choice (docs/architecture.md "Reproducibility"). OPENBLAS_CORETYPE / ONEDNN_MAX_CPU_ISA set it.
 std::string sgemm_backend(Isa isa);
 

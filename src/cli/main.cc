@@ -22,9 +22,9 @@ namespace {
 //   libgomp's default spins for ~0.3 ms first; on a shared 2-core machine a spinning worker takes
 //   the core the other one needs, and `sinkq ppl` with 2 threads ran 3x slower than with 1 thread
 //   beside one busy process (passive: 1.08x; BENCHMARKS.md "Threads on a shared machine").
-// - OPENBLAS_CORETYPE=Haswell (on a CPU with AVX2 + FMA): the AVX2 and scalar paths' sgemm runs
-//   OpenBLAS's AVX2 kernels on every host, so their results have the same bits on every host of
-//   that path (docs/architecture.md "Reproducibility"): left to itself OpenBLAS 0.3.21 picks a
+// - OPENBLAS_CORETYPE=Haswell (on a CPU with sinkq's AVX2 path or more): the AVX2 and scalar
+//   paths' sgemm runs OpenBLAS's AVX2 kernels, so their results have the same bits on every host
+//   of that path (docs/architecture.md "Reproducibility"): left to itself OpenBLAS 0.3.21 picks a
 //   kernel set per CPU model (Zen 4 gets Cooperlake's; Intel family-6 models it has no case for,
 //   such as 207, its SSE3 "Prescott" kernels, 2.2-2.35x slower in calibration), each rounding
 //   differently. The AVX-512 path's sgemm is oneDNN's.

@@ -16,8 +16,8 @@ Isa detected_isa();               // best the CPU supports (AVX2 requires FMA+F1
 Isa active_isa();                 // detected, or forced by SINKQ_ISA / set_isa
 void set_isa(Isa isa);            // for tests; throws sinkq::Error if above detected_isa()
 std::string_view isa_name(Isa isa);
-// The CPU as CPUID names it: "<brand> (<vendor> family F model M)", e.g. "AMD EPYC 9B45 (AuthenticAMD
-// family 26 model 2)". The BLAS libraries pick their kernels per family / model (ops.h
+// The CPU as CPUID names it: "<brand> (<vendor> family F model M)", e.g. "Intel(R) Xeon(R) Processor
+// (GenuineIntel family 6 model 207)". The BLAS libraries pick their kernels per family / model (ops.h
 // sgemm_backend), so every benchmark table and test log names it.
 std::string cpu_description();
 

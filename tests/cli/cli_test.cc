@@ -178,6 +178,21 @@ TEST(CliErrors, MissingModelDir) {
   expect_error(run({"inspect", "-m", "/nonexistent/model"}), {"/nonexistent/model"});
 }
 
+// A mistyped command or option gets the closest name it has (edit distance <= 2, adjacent swaps
+// one edit, under half the word), and a word close to nothing gets no guess.
+TEST(CliErrors, DidYouMean) {
+  expect_error(run({"pll", "-m", "x"}), {"did you mean 'ppl' for 'pll'?"});
+  expect_error(run({"quantise", "-m", "x"}), {"'quantize' for 'quantise'"});
+  expect_error(run({"ppl", "-m", "x", "--max-window", "3", "--kdl", "--thread=2"}),
+               {"--max-windows for --max-window", "--kld for --kdl", "--threads for --thread"});
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"ppl", "-m", "x", "--frobnicate"}, {"ppl", "-m", "x", "--temp", "0.5"}}) {
+    const RunResult r = run(args);  // --temp is generate's, and --help is never the guess
+    expect_error(r, {});
+    EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;
+  }
+}
+
 // A folder holding GGUF files but no config.json: the error names them (the first in sorted order).
 TEST(CliErrors, FolderOfGgufFilesNamesThem) {
   testing::TempDir tmp;

@@ -1,9 +1,10 @@
 // libFuzzer target: the request bodies of sinkq serve (server/api.h) on arbitrary bytes — every
 // body is accepted or refused with an ApiError (400), never a crash; an accepted completion
-// respects the documented ranges; the stop-string matcher, fed the same bytes in pieces, releases
+// respects the documented ranges and what the sampler accepts; the stop-string matcher, fed the same bytes in pieces, releases
 // exactly the text before the first stop string.
 #include "fuzz_common.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -28,6 +29,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   only_api_errors([&] {
     const CompletionRequest r = parse_completion(body, kVocab);
     if (r.prompts.empty() || r.s.max_tokens < 0 || r.s.logprobs < -1 || r.s.logprobs > 20) std::abort();
+    // What the sampler itself requires (eval/generate.cc validate: it would be a 500, not a 400).
+    const SamplerOptions& so = r.s.sampler;
+    if (!(std::isfinite(so.temperature) && so.temperature >= 0 && so.top_p > 0 && so.top_p <= 1 && so.top_k >= 0))
+      std::abort();
     for (const Prompt& p : r.prompts)
       for (int32_t id : p.ids)
         if (id < 0 || id >= kVocab) std::abort();

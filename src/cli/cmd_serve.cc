@@ -46,6 +46,22 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--api-key", o->s.api_key,
                   "Require 'Authorization: Bearer KEY' (default: $SINKQ_API_KEY when set; else no key)");
   cmd->add_option("--alias", o->s.alias, "The model's name in /v1/models (default: from the path)");
+  // Slow and hostile clients (server/connection.h, docs/serve.md).
+  cmd->add_option("--max-connections", o->s.conn.max_connections,
+                  "Client connections open at once; beyond: 503 with Retry-After, closed at once")
+      ->capture_default_str()->check(decimal_in(1, 900));
+  cmd->add_option("--header-timeout", o->s.conn.header_timeout_s,
+                  "Seconds a request's line and headers may take from its first byte; later: 408, closed")
+      ->capture_default_str();
+  cmd->add_option("--request-timeout", o->s.conn.request_timeout_s,
+                  "Seconds a request's line, headers and body may take from its first byte; later: 408, closed")
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", o->s.conn.keep_alive_timeout_s,
+                  "Seconds a connection may stay idle between requests")
+      ->capture_default_str();
+  cmd->add_option("--io-timeout", o->s.conn.io_timeout_s,
+                  "Seconds one write of a response may wait for the client to read (a stalled client is dropped)")
+      ->capture_default_str();
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {

@@ -52,6 +52,13 @@ double get_number(const json& j, const char* name, double def) {
   return v;
 }
 
+// A number the sampler holds as a float: finite as a float too (1e308 is a double, not a float).
+float get_float(const json& j, const char* name, double def) {
+  const double v = get_number(j, name, def);
+  if (!std::isfinite(float(v))) bad(name, fmt::format("'{}' = {} is out of range (a 32-bit float)", name, v));
+  return float(v);
+}
+
 bool get_bool(const json& j, const char* name, bool def) {
   const json* f = field(j, name);
   if (!f) return def;
@@ -72,6 +79,10 @@ void reject_unsupported(const json& j) {
   if (get_int(j, "best_of", 1, 1 << 20, 1) != 1) bad("best_of", "'best_of' > 1 is not supported");
   for (const char* p : {"presence_penalty", "frequency_penalty"})
     if (get_number(j, p, 0.0) != 0.0) bad(p, fmt::format("'{}' is not supported (only 0)", p));
+  // llama.cpp's and vLLM's sampler extensions, accepted at the value that turns them off.
+  for (const auto& [p, off] : {std::pair{"min_p", 0.0}, {"typical_p", 1.0}, {"repetition_penalty", 1.0},
+                               {"repeat_penalty", 1.0}, {"mirostat", 0.0}, {"tfs_z", 1.0}})
+    if (get_number(j, p, off) != off) bad(p, fmt::format("'{}' is not supported (only {})", p, off));
   if (const json* f = field(j, "logit_bias"); f && !(f->is_object() && f->empty()))
     bad("logit_bias", "'logit_bias' is not supported");
   if (const json* f = field(j, "suffix"); f && !(f->is_string() && f->get<std::string>().empty()))
@@ -84,9 +95,9 @@ void reject_unsupported(const json& j) {
 Sampling parse_sampling(const json& j, int64_t default_max_tokens, const char* max_tokens_name) {
   Sampling s;
   s.max_tokens = get_int(j, max_tokens_name, 0, int64_t(1) << 31, default_max_tokens);
-  s.sampler.temperature = float(get_number(j, "temperature", 1.0));
+  s.sampler.temperature = get_float(j, "temperature", 1.0);
   if (s.sampler.temperature < 0) bad("temperature", fmt::format("'temperature' must be >= 0 (got {})", s.sampler.temperature));
-  s.sampler.top_p = float(get_number(j, "top_p", 1.0));
+  s.sampler.top_p = get_float(j, "top_p", 1.0);
   if (!(s.sampler.top_p > 0 && s.sampler.top_p <= 1))
     bad("top_p", fmt::format("'top_p' must be in (0, 1] (got {})", s.sampler.top_p));
   s.sampler.top_k = int(get_int(j, "top_k", 0, 1 << 30, 0));

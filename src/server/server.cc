@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "server/api.h"
 #include "server/batcher.h"
+#include "server/connection.h"
 #include "sinkq/engine.h"
 
 namespace sinkq::server {
@@ -51,7 +52,7 @@ struct Slot {
 struct Server::Impl {
   std::shared_ptr<const Engine> engine;
   ServerOptions opt;
-  httplib::Server http;
+  GuardedHttpServer http;  // httplib's parser and router, sinkq's connection loop (connection.h)
   socket_t listen_sock = INVALID_SOCKET;  // the last socket httplib created to bind (see bind())
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
@@ -73,7 +74,7 @@ struct Server::Impl {
   std::atomic<uint64_t> prefill_us{0}, decode_us{0};
   std::deque<std::pair<clock_type::time_point, int64_t>> recent;  // generated tokens, last 10 s
 
-  Impl(std::shared_ptr<const Engine> e, const ServerOptions& o) : engine(std::move(e)), opt(o) {}
+  Impl(std::shared_ptr<const Engine> e, const ServerOptions& o) : engine(std::move(e)), opt(o), http(o.conn) {}
 
   // A free slot, waiting in the queue if there is room; null when the queue is full or the server
   // is stopping (the caller answers 503).
@@ -118,6 +119,15 @@ struct Server::Impl {
     return {{"id", id}, {"object", object}, {"created", created}, {"model", opt.alias}, {"choices", std::move(choices)}};
   }
   std::string metrics_text();
+  // The 408's message when the request's deadline passed while it was read, else "".
+  static std::string expired_message() {
+    const char* what = "";
+    const double s = GuardedHttpServer::request_expired(&what);
+    if (s <= 0) return {};
+    return std::string(what) == "header"
+               ? fmt::format("the request's line and headers did not arrive within {} s (sinkq serve --header-timeout)", s)
+               : fmt::format("the request did not arrive within {} s of its first byte (sinkq serve --request-timeout)", s);
+  }
   json model_json() const;
   void check_model(const std::string& requested) const;
   std::vector<int32_t> chat_tokens(const ChatRequest& r) const;
@@ -145,6 +155,18 @@ Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
   SINKQ_CHECK(o.parallel >= 1 && o.parallel <= 256, "--parallel must be in 1..256 (got {})", o.parallel);
   SINKQ_CHECK(o.queue >= 0 && o.queue <= 4096, "--queue must be in 0..4096 (got {})", o.queue);
   SINKQ_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in 0..65535 (got {})", o.port);
+  // httplib 0.11 is built on select(2): a socket numbered FD_SETSIZE (1024) or more gets a 500.
+  SINKQ_CHECK(o.conn.max_connections >= 1 && o.conn.max_connections <= 900,
+              "--max-connections must be in 1..900 (got {})", o.conn.max_connections);
+  for (const auto& [flag, v] : {std::pair{"--header-timeout", o.conn.header_timeout_s},
+                                {"--request-timeout", o.conn.request_timeout_s},
+                                {"--keep-alive-timeout", o.conn.keep_alive_timeout_s},
+                                {"--io-timeout", o.conn.io_timeout_s}})
+    SINKQ_CHECK(v > 0 && v <= 86400, "{} must be in (0, 86400] seconds (got {})", flag, v);
+  SINKQ_CHECK(o.conn.request_timeout_s >= o.conn.header_timeout_s,
+              "--request-timeout ({} s) must be at least --header-timeout ({} s): it covers the headers and the body",
+              o.conn.request_timeout_s, o.conn.header_timeout_s);
+  SINKQ_CHECK(o.conn.keep_alive_max >= 1, "keep_alive_max must be >= 1 (got {})", o.conn.keep_alive_max);
   const int64_t maxc = m.engine->max_context();
   if (o.ctx == 0) o.ctx = std::min<int64_t>(2048, maxc);
   SINKQ_CHECK(o.ctx >= 1 && o.ctx <= maxc,
@@ -314,7 +336,11 @@ ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>&
     go.decode_step = [&](Forward& f, int32_t id) { return member->step(f, id); };
   }
   const GenerateResult g = slot.session->generate(prompt, go, [&](int32_t id, const TokenLogprob* lp) {
-    if (out.client_gone) return false;
+    // A client that closed its connection (streaming or not) ends the generation here.
+    if (out.client_gone || GuardedHttpServer::client_gone()) {
+      out.client_gone = true;
+      return false;
+    }
     out.ids.push_back(id);
     if (lp) out.logprobs.push_back(*lp);
     ++slot.tokens;
@@ -468,7 +494,10 @@ std::string Server::Impl::read_body(const httplib::Request& req, const httplib::
   // res.status 413: httplib saw a Content-Length over set_payload_max_length and skipped the body.
   if (seen > opt.max_body_bytes || res.status == 413)
     throw ApiError(413, fmt::format("the request body exceeds {} bytes", opt.max_body_bytes));
-  if (!ok) throw ApiError(400, "the request body could not be read (malformed chunked encoding, or the client stopped sending)");
+  if (!ok) {
+    if (const std::string late = expired_message(); !late.empty()) throw ApiError(408, late);
+    throw ApiError(400, "the request body could not be read (malformed chunked encoding, or the client stopped sending)");
+  }
   return body;
 }
 
@@ -489,13 +518,18 @@ void Server::Impl::routes() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   http.set_payload_max_length(opt.max_body_bytes);
-  http.set_read_timeout(opt.io_timeout_s);
-  http.set_write_timeout(opt.io_timeout_s);
-  // Handler threads: the sessions, the queue and a few for /health, /metrics and the 503 answers.
-  const size_t threads = size_t(opt.parallel + opt.queue + 4);
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // A thread per admitted connection and a few for the 503s beyond the cap (connection.h): none
+  // waits in the pool's list behind slow clients.
+  http.new_task_queue = [n = http.threads()] { return new httplib::ThreadPool(n); };
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Framing that cannot be trusted (connection.h), answered before any body is read.
+    if (std::string msg; const int status = GuardedHttpServer::framing_error(&msg)) {
+      res.status = status;
+      res.set_content(dump(error_body(ApiError(status, msg))), "application/json");
+      count_request(req.path, status);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opt.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     if (constant_time_equal(req.get_header_value("Authorization"), "Bearer " + opt.api_key))
       return httplib::Server::HandlerResponse::Unhandled;
@@ -509,6 +543,13 @@ void Server::Impl::routes() {
   http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     // 404 for unknown paths, 413 for a body over the limit: OpenAI's error object either way.
     if (!res.body.empty()) return;
+    // httplib answers a head that stopped arriving with 400; it was the deadline (connection.h).
+    if (const std::string late = expired_message(); !late.empty()) {
+      res.status = 408;
+      res.set_content(dump(error_body(ApiError(408, late))), "application/json");
+      count_request("unknown", 408);
+      return;
+    }
     const std::string msg = res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
                             : res.status == 413 ? fmt::format("the request body exceeds {} bytes", opt.max_body_bytes)
                                                 : fmt::format("HTTP {}", res.status);
@@ -761,6 +802,12 @@ std::string Server::Impl::metrics_text() {
     busy = slots.size() - free_slots.size();
     queued = size_t(waiting);
   }
+  metric("sinkq_connections_open", "gauge", "client connections open (--max-connections)");
+  o += fmt::format("sinkq_connections_open {}\n", http.open_connections());
+  metric("sinkq_connections_refused_total", "counter", "connections answered 503 at once because --max-connections were open");
+  o += fmt::format("sinkq_connections_refused_total {}\n", http.refused_connections());
+  metric("sinkq_requests_timed_out_total", "counter", "requests not received within --header-timeout / --request-timeout");
+  o += fmt::format("sinkq_requests_timed_out_total {}\n", http.expired_requests());
   metric("sinkq_queue_depth", "gauge", "requests waiting for a session");
   o += fmt::format("sinkq_queue_depth {}\n", queued);
   metric("sinkq_sessions_busy", "gauge", "sessions computing a request");

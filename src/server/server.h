@@ -23,6 +23,17 @@ class Engine;
 
 namespace sinkq::server {
 
+// What one connection may take (server/connection.h enforces it; docs/serve.md "Slow and hostile
+// clients"). Each bound is a flag of `sinkq serve`.
+struct ConnectionLimits {
+  int max_connections = 128;        // open at once; beyond: 503 + Retry-After, closed (--max-connections)
+  double header_timeout_s = 10;     // a request's line and headers, from its first byte (--header-timeout)
+  double request_timeout_s = 30;    // its line, headers and body, from its first byte (--request-timeout)
+  double keep_alive_timeout_s = 5;  // idle time allowed between requests on a connection (--keep-alive-timeout)
+  int keep_alive_max = 100;         // requests on one connection
+  double io_timeout_s = 60;         // how long one write waits for the client to read (--io-timeout)
+};
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;        // 0: any free port (bind() returns it)
@@ -34,7 +45,7 @@ struct ServerOptions {
   std::string api_key;    // "" = no authentication; else "Authorization: Bearer KEY" on every endpoint but /health
   std::string alias;      // the model's name in /v1/models and responses ("" = from the path)
   size_t max_body_bytes = size_t(8) << 20;  // larger request bodies: 413
-  int io_timeout_s = 60;  // socket read / write timeout
+  ConnectionLimits conn;  // connections: cap, deadlines, keep-alive (server/connection.h)
   bool log_requests = true;  // one line per request on stderr
 };
 

@@ -79,6 +79,11 @@ TEST(ServerApi, CompletionErrorsNameTheField) {
       {R"({"prompt": "x", "max_tokens": 1.5})", "max_tokens", "must be an integer"},
       {R"({"prompt": "x", "temperature": -0.5})", "temperature", ">= 0"},
       {R"({"prompt": "x", "temperature": "hot"})", "temperature", "must be a number"},
+      // Finite as a double, not as the sampler's float: was a 500 naming the CLI's --temp.
+      {R"({"prompt": "x", "temperature": 1e308})", "temperature", "out of range (a 32-bit float)"},
+      {R"({"prompt": "x", "top_p": 1e-300})", "top_p", "(0, 1]"},
+      {R"({"prompt": "x", "min_p": 0.1})", "min_p", "not supported"},
+      {R"({"prompt": "x", "repetition_penalty": 1.2})", "repetition_penalty", "not supported"},
       {R"({"prompt": "x", "top_p": 0})", "top_p", "(0, 1]"},
       {R"({"prompt": "x", "top_p": 1.5})", "top_p", "(0, 1]"},
       {R"({"prompt": "x", "top_k": -2})", "top_k", "out of range"},

@@ -29,8 +29,8 @@
 //         groups, as a linear's blocks (a ragged last group: <base>.tail.{codes,scales});
 //         fp_dtype is then "int8" / "int4"
 //     __metadata__: "format" = "sinkq-artifact", "format_version" = "3", "recipe_checksum" (of
-//         sinkq_recipe.json's format_version, config_checksum, lm_head_tied, fp_dtype and recipe:
-//         artifact_schema.h), and per linear
+//         sinkq_recipe.json's format_version, config_checksum, lm_head_tied, fp_dtype, recipe
+//         and files: artifact_schema.h), and per linear
 //         "<linear>" = {"shape": [rows, cols], "blocks": [[col0, cols, PackedFormat value], ..]}
 //   sinkq_recipe.json    format / format_version / sinkq_version, "source" ("model_dir": the model
 //                        directory or GGUF file quantized), "config_checksum" (of config.json's
@@ -42,9 +42,13 @@
 //                        config.json), "provenance" (what the pipeline recorded beside it: the
 //                        calibration result and data, the prefix resolution; wall-clock times
 //                        removed), "tensors" (inventory: name -> dtype, shape, checksum of the bytes
-//                        seeded by dtype and shape: artifact_schema.h)
+//                        seeded by dtype and shape: artifact_schema.h), "files" (name -> checksum
+//                        of each tokenizer / generation file below: the loader refuses one edited,
+//                        missing, or present but not recorded; absent in artifacts written before
+//                        it, which load unchecked there)
 //   tokenizer files      copied from the source directory (tokenizer.json, tokenizer.model,
-//                        tokenizer_config.json, special_tokens_map.json, generation_config.json, ...)
+//                        tokenizer_config.json, special_tokens_map.json, generation_config.json, ...),
+//                        or tokenizer.gguf: a GGUF source's tokenizer.* metadata
 //
 // Deterministic: the same QuantizedModel gives byte-identical files (sorted JSON keys, no times,
 // safetensors in a fixed order). Atomic: everything is written into OUT.tmp-<pid>, then one

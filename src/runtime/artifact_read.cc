@@ -131,6 +131,28 @@ QuantizedModel load_artifact(const std::string& dir, LayerRange stage) {
       have != want)
     fail("{}: changed after quantize: its checksum is {}, {} records {} (the packed tensors were made for the "
          "recorded config)", config_path, have, L.recipe_path, want);
+  // The tokenizer and generation files: each one present must be the one quantize wrote (an edited
+  // vocabulary loaded and answered wrongly with exit 0), each one recorded must be present.
+  // recipe_checksum (below) binds the record itself to the tensors' file.
+  if (r.contains("files")) {
+    const json& files = r.at("files");
+    if (!files.is_object()) L.bad_field("files", "must be an object (file name -> checksum)");
+    for (const std::string& f : side_files()) {
+      const std::string path = dir + "/" + f;
+      const bool present = fs::exists(path, ec), recorded = files.contains(f);
+      if (present && !recorded)
+        fail("{}: not written by quantize ({} records no such file): the tokenizer would read it; remove it", path,
+             L.recipe_path);
+      if (!present && recorded) fail("{}: missing ({} records it)", path, L.recipe_path);
+      if (!present) continue;
+      if (const std::string want = L.get_str(files, "files", f.c_str()), have = checksum(read_file(path)); have != want)
+        fail("{}: changed after quantize: its checksum is {}, {} records {} (the tokenizer would encode and decode "
+             "differently from the model it was quantized with)", path, have, L.recipe_path, want);
+    }
+    for (const auto& [name, v] : files.items())
+      if (const auto known = side_files(); std::find(known.begin(), known.end(), name) == known.end())
+        L.bad_field("files." + name, "not a file an artifact holds");
+  }
   const ModelConfig mc = ModelConfig::load(config_path);
   const int N = mc.num_layers;
   stage.check(N);

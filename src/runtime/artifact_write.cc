@@ -303,6 +303,22 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
       {"recipe", recipe_json},
       {"provenance", provenance},
       {"tensors", json::object()}};  // the inventory: filled in while the tensors are written
+  // The tokenizer (and generation) files, read now so that their checksums are in the recipe
+  // that recipe_checksum binds: an edited vocabulary no longer loads.
+  std::vector<std::pair<std::string, std::string>> side;  // name, bytes
+  if (gguf) {
+    // A GGUF source carries its tokenizer in its metadata: the artifact keeps those keys in a
+    // tensor-less GGUF file, which Tokenizer::load reads like the source's.
+    side.emplace_back(kTokenizerGguf, gguf_metadata_file(*gguf, [](const std::string& k) {
+                        return k.rfind("tokenizer.", 0) == 0;
+                      }));
+  } else {
+    std::error_code fec;
+    for (const char* f : kTokenizerFiles)
+      if (const std::string src = model_dir + "/" + f; fs::exists(src, fec)) side.emplace_back(f, read_file(src));
+  }
+  recipe["files"] = json::object();
+  for (const auto& [name, bytes] : side) recipe["files"][name] = checksum(bytes);
   std::map<std::string, std::string> meta{{"format", "sinkq-artifact"},
                                           {"format_version", std::to_string(kArtifactFormatVersion)},
                                           {"recipe_checksum", recipe_checksum(recipe)}};
@@ -353,18 +369,7 @@ ArtifactInfo write_artifact(const QuantizedModel& qm, const std::string& model_d
     }
     write_file_atomic(file(kConfig), config_bytes);
     write_json_file(file(kRecipe), recipe);
-    if (gguf) {
-      // A GGUF source carries its tokenizer in its metadata: the artifact keeps those keys in a
-      // tensor-less GGUF file, which Tokenizer::load reads like the source's.
-      write_file_atomic(file("tokenizer.gguf"), gguf_metadata_file(*gguf, [](const std::string& k) {
-                          return k.rfind("tokenizer.", 0) == 0;
-                        }));
-    } else {
-      for (const char* f : kTokenizerFiles) {
-        const std::string src = model_dir + "/" + f;
-        if (fs::exists(src, ec)) write_file_atomic(file(f), read_file(src));
-      }
-    }
+    for (const auto& [name, bytes] : side) write_file_atomic(file(name), bytes);
     for (const auto& e : fs::directory_iterator(tmp)) {
       info.files.emplace_back(e.path().filename().string(), uint64_t(e.file_size()));
       info.total_bytes += info.files.back().second;

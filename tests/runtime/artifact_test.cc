@@ -437,6 +437,29 @@ TEST(Artifact, ChecksumsCatchWhatTheStructureAllows) {
               AllOf(HasSubstr("config.json: changed after quantize"), HasSubstr("sinkq_recipe.json records")));
   EXPECT_THAT(err([&](const std::string& d) { rewrite(d, [&](Tensors& t) { t.meta.erase("recipe_checksum"); }); }),
               HasSubstr("__metadata__ lacks \"recipe_checksum\""));
+  // The tokenizer and generation files (an edited vocabulary loaded and answered wrongly, exit 0):
+  // two tokens' ids swapped; a file quantize did not write (the tokenizer would read it); one it
+  // wrote, gone; the record itself dropped (recipe_checksum binds it) or rewritten to match.
+  auto edit_vocab = [](const std::string& d) {
+    json t = json::parse(read_file(d + "/tokenizer.json"));
+    json& v = t["model"]["vocab"];
+    auto a = v.begin(), b = std::next(a);  // two tokens' ids swapped
+    std::swap(*a, *b);
+    write_file_atomic(d + "/tokenizer.json", t.dump());
+  };
+  EXPECT_THAT(err(edit_vocab), AllOf(HasSubstr("tokenizer.json: changed after quantize"),
+                                     HasSubstr("the tokenizer would encode and decode differently")));
+  EXPECT_THAT(err([](const std::string& d) { write_file_atomic(d + "/vocab.json", "{}"); }),
+              AllOf(HasSubstr("vocab.json: not written by quantize"), HasSubstr("remove it")));
+  EXPECT_THAT(err([](const std::string& d) { fs::remove(d + "/tokenizer.model"); }),
+              AllOf(HasSubstr("tokenizer.model: missing ("), HasSubstr("sinkq_recipe.json records it)")));
+  EXPECT_THAT(err([](const std::string& d) { edit_recipe(d, [](json& r) { r.erase("files"); }); }),
+              HasSubstr("sinkq_recipe.json: not the recipe"));
+  EXPECT_THAT(err([&](const std::string& d) {
+                edit_vocab(d);
+                edit_recipe(d, [&](json& r) { r["files"]["tokenizer.json"] = checksum(read_file(d + "/tokenizer.json")); });
+              }),
+              HasSubstr("sinkq_recipe.json: not the recipe"));
 }
 
 // Sizes against the fp16 model (parameters · 2 bytes), printed for the report; the W4 target

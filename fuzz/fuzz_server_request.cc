@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const CompletionRequest r = parse_completion(body, kVocab);
     if (r.prompts.empty() || r.s.max_tokens < 0 || r.s.logprobs < -1 || r.s.logprobs > 20) std::abort();
     // What the sampler itself requires (eval/generate.cc validate: it would be a 500, not a 400).
-    const SamplerOptions& so = r.s.sampler;
+    const sinkq::SamplerOptions& so = r.s.sampler;
     if (!(std::isfinite(so.temperature) && so.temperature >= 0 && so.top_p > 0 && so.top_p <= 1 && so.top_k >= 0))
       std::abort();
     for (const Prompt& p : r.prompts)

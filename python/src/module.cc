@@ -8,12 +8,21 @@
 //   * Every call that computes releases the GIL while the C++ runs (py::gil_scoped_release), so
 //     other Python threads run meanwhile; several calls on one Model may run at once from several
 //     threads (each makes its own Session: weights shared, KV caches not).
+//   * Ctrl-C: each long call (load, logits, logprobs, ppl, analyze, quantize, a generation's
+//     worker) computes on a thread of its own with every signal blocked — and so do the thread
+//     team and the OpenMP / BLAS workers it starts, which inherit the mask: a signal landing on a
+//     computing thread corrupted the heap (`free(): invalid size`, 2 runs in 3 of a SIGINT during
+//     logits()). The calling thread waits with the GIL released and runs Python's signal handlers
+//     every 50 ms; on KeyboardInterrupt it sets the computation's flag (core/interrupt.h), which
+//     stops it at the next check point (a layer of a forward pass, a progress report of
+//     quantize), waits for that, and raises the KeyboardInterrupt.
 //   * sinkq::Error (every bad input a user can cause: path, recipe field, token id, length) is the
 //     Python exception sinkq.Error (a RuntimeError) with sinkq's message; wrong argument types are
 //     TypeError, out-of-range keyword values (max_tokens < 0, ...) ValueError.
 //   * JSON (configurations, reports) becomes dict / list / str / int / float / bool / None.
 //   * Strings from the model (detokenized text, token texts in reports) are decoded as UTF-8 with
 //     U+FFFD for invalid bytes, never an exception.
+#include <pthread.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -25,6 +34,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -37,6 +47,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/mmap.h"
 #include "eval/analyze.h"
 #include "kernels/ops.h"
@@ -49,6 +60,66 @@ using nlohmann::json;
 namespace sinkq::python {
 
 namespace {
+
+// ---- Ctrl-C ------------------------------------------------------------------------------------------
+
+// A std::thread that starts with every signal blocked (it and the threads it starts inherit the
+// mask), so that no signal handler runs on a computing thread.
+template <class F>
+std::thread signal_free_thread(F&& f) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  std::thread t(std::forward<F>(f));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return t;
+}
+
+// Runs fn() (no Python objects inside: it runs without the GIL) on a signal-free thread while the
+// caller, holding the GIL on entry, waits with it released and polls Python's signal handlers
+// every 50 ms. A KeyboardInterrupt (or whatever a handler raises) stops fn at its next check
+// point and is raised here once fn has returned; otherwise fn's result or exception.
+template <class F>
+auto interruptible(F&& fn) -> decltype(fn()) {
+  using R = decltype(fn());
+  std::atomic<bool> flag{false};
+  std::conditional_t<std::is_void_v<R>, bool, std::optional<R>> result{};
+  std::exception_ptr err;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread t = signal_free_thread([&] {
+    InterruptScope scope(&flag);
+    try {
+      if constexpr (std::is_void_v<R>) fn();
+      else result.emplace(fn());
+    } catch (...) {
+      err = std::current_exception();
+    }
+    std::lock_guard lk(mu);
+    done = true;
+    cv.notify_all();
+  });
+  bool raised = false;
+  {
+    py::gil_scoped_release nogil;
+    std::unique_lock lk(mu);
+    while (!cv.wait_for(lk, std::chrono::milliseconds(50), [&] { return done; })) {
+      if (raised) continue;
+      lk.unlock();
+      {
+        py::gil_scoped_acquire gil;
+        raised = PyErr_CheckSignals() != 0;  // the exception stays set on this thread
+      }
+      if (raised) flag = true;
+      lk.lock();
+    }
+  }
+  t.join();
+  if (raised) throw py::error_already_set();
+  if (err) std::rethrow_exception(err);
+  if constexpr (!std::is_void_v<R>) return std::move(*result);
+}
 
 // ---- conversions ---------------------------------------------------------------------------------
 
@@ -197,10 +268,7 @@ std::shared_ptr<PyModel> load(py::handle path_obj, py::handle recipe_obj, std::o
   oo.pipeline.log = "sinkq";
   set_threads(threads);
   auto m = std::make_shared<PyModel>();
-  {
-    py::gil_scoped_release nogil;
-    m->e = Engine::open(path, oo);
-  }
+  m->e = interruptible([&] { return Engine::open(path, oo); });
   return m;
 }
 
@@ -232,22 +300,22 @@ py::array_t<float> logits(const PyModel& m, const std::vector<int64_t>& ids) {
   const int64_t n = int64_t(v.size()), V = m.vocab();
   py::array_t<float> out(std::vector<py::ssize_t>{py::ssize_t(n), py::ssize_t(V)});
   float* dst = out.mutable_data();
-  {
-    py::gil_scoped_release nogil;
+  interruptible([&] {
     const std::unique_ptr<Session> s = m.e->new_session(n);
     const std::span<const float> l = s->forward().step(v, /*all_logits=*/true);
     SINKQ_ASSERT(int64_t(l.size()) == n * V);
     std::memcpy(dst, l.data(), l.size() * sizeof(float));
-  }
+  });
   return out;
 }
 
 std::vector<double> logprobs(const PyModel& m, const std::vector<int64_t>& ids, int64_t start) {
   const std::vector<int32_t> v = ids_of(ids, m.vocab());
   if (v.empty()) throw py::value_error("logprobs: ids is empty");
-  py::gil_scoped_release nogil;
-  const std::unique_ptr<Session> s = m.e->new_session(int64_t(v.size()));
-  return s->logprobs(v, start);
+  return interruptible([&] {
+    const std::unique_ptr<Session> s = m.e->new_session(int64_t(v.size()));
+    return s->logprobs(v, start);
+  });
 }
 
 // ---- generation ------------------------------------------------------------------------------------
@@ -274,7 +342,8 @@ class Generation {
   // Called with the GIL released: the session is made here, so a bad length fails in generate().
   void start(int64_t ctx, const GenerateOptions& go) {
     std::shared_ptr<Session> session = e_->new_session(ctx);
-    worker_ = std::thread([st = st_, session, prompt = prompt_, go] {
+    worker_ = signal_free_thread([st = st_, session, prompt = prompt_, go] {
+      InterruptScope scope(&st->interrupt);  // close() during a long prefill stops it between layers
       GenerateResult r;
       std::exception_ptr err;
       try {
@@ -287,6 +356,8 @@ class Generation {
           st->item.notify_one();
           return true;
         });
+      } catch (const Interrupted&) {
+        r.cancelled = true;  // closed during the prefill: the end a closed generation has
       } catch (...) {
         err = std::current_exception();
       }
@@ -373,6 +444,7 @@ class Generation {
     std::condition_variable item, space;
     std::deque<int32_t> q;
     bool done = false, cancel = false;
+    std::atomic<bool> interrupt{false};  // = cancel, for the check points (core/interrupt.h)
     std::exception_ptr err;
     GenerateResult result;
   };
@@ -381,6 +453,7 @@ class Generation {
     {
       std::lock_guard lk(st_->mu);
       st_->cancel = true;
+      st_->interrupt = true;
       st_->space.notify_all();
     }
     join_worker();
@@ -484,8 +557,7 @@ py::object ppl(const PyModel& m, py::handle text_obj, py::handle file_obj, std::
 
   PplResult r;
   std::vector<int32_t> toks;
-  {
-    py::gil_scoped_release nogil;
+  interruptible([&] {
     if (use_file) {
       toks = scoring_tokens(file, e.tokenizer());
     } else {
@@ -496,7 +568,7 @@ py::object ppl(const PyModel& m, py::handle text_obj, py::handle file_obj, std::
     const std::unique_ptr<Session> s = e.new_session(ctx);
     std::unique_ptr<Session> ref = kld ? e.reference()->new_session(ctx) : nullptr;
     r = s->perplexity(toks, po, ref.get());
-  }
+  });
   json j{{"ppl", r.ppl},
          {"mean_nll", r.mean_nll},
          {"tokens_scored", r.tokens_scored},
@@ -536,8 +608,7 @@ py::object analyze(const PyModel& m, py::handle data_obj, std::optional<std::vec
               "model directory or GGUF file)", e.path());
   const std::string data = data_obj.is_none() ? "" : fspath(data_obj, "data");
   json j;
-  {
-    py::gil_scoped_release nogil;
+  interruptible([&] {
     const Tokenizer& tok = e.tokenizer();
     const int64_t max_pos = model->config().max_position_embeddings;
     const int64_t len = len_opt ? *len_opt : std::min<int64_t>(512, max_pos);
@@ -579,7 +650,7 @@ py::object analyze(const PyModel& m, py::handle data_obj, std::optional<std::vec
     j = to_json(r);
     j["model_dir"] = e.path();
     j["data"] = data_json;
-  }
+  });
   return to_py(j);
 }
 
@@ -599,11 +670,7 @@ py::object quantize(py::handle src_obj, py::handle out_obj, py::handle recipe_ob
   qo.pipeline.log = "quantize";
   qo.force_name = "force=True";
   qo.fp_dtype_name = "fp_dtype";
-  json j;
-  {
-    py::gil_scoped_release nogil;
-    j = quantize_artifact(src, out, cfg, qo);
-  }
+  const json j = interruptible([&] { return quantize_artifact(src, out, cfg, qo); });
   return to_py(j);
 }
 

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/mmap.h"
 
 namespace sinkq {
@@ -70,6 +71,7 @@ CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOp
   std::vector<std::vector<int32_t>> eligible;
   size_t longest = 0;
   for (const std::string& d : docs) {
+    check_interrupt();  // (core/interrupt.h) tokenizing every document takes seconds
     std::vector<int32_t> ids = tok.encode(d, raw);
     longest = std::max(longest, ids.size());
     if (int64_t(ids.size()) >= body) eligible.push_back(std::move(ids));

@@ -24,6 +24,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/mmap.h"
 #include "io/gguf.h"
 #include "io/gguf_quants.h"
@@ -204,6 +205,7 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   w.embed = ld.mat("token_embd.weight", vocab, hidden);
   w.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
+    check_interrupt();  // (core/interrupt.h) a layer's dequantization is a check point
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("blk.{}.", i);
     ld.skip_data(!range.holds(i, N));

@@ -8,6 +8,7 @@
 
 #include "core/env_switch.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/mmap.h"
 #include "kernels/team.h"
 
@@ -446,7 +447,10 @@ void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_
   auto body = [&] {
     if (st.first()) embed_ids(w, tokens, x_.data());
     else std::copy(x_io, x_io + T * H, x_.data());
-    for (int l = st.begin; l < st.end_of(N); ++l) layer(l, T);
+    for (int l = st.begin; l < st.end_of(N); ++l) {
+      check_interrupt();  // (core/interrupt.h; run_in_team rethrows on the caller)
+      layer(l, T);
+    }
     if (!logits_out || !st.last(N)) return;
     // Final norm and LM head only for the rows whose logits are wanted.
     const Part self{this, 0, T - first_row};

@@ -8,6 +8,7 @@
 
 #include "calib/prefix.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 
 namespace sinkq::quant {
 
@@ -15,6 +16,7 @@ Pipeline run_pipeline(Recipe qcfg, std::shared_ptr<const Model> model, const Tok
                       const PipelineOptions& opt) {
   const std::string_view log = opt.log;
   auto progress = [&opt](const std::string& what, int64_t done, int64_t total) {
+    check_interrupt();  // every stage's progress report is a check point (core/interrupt.h)
     if (opt.progress) opt.progress(what, done, total);
   };
   const int64_t max_pos = model->config().max_position_embeddings;

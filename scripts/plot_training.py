@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Training curves of `sinkq ppl|quantize --json` runs as SVG (no dependencies).
+"""Training curves of `sinkq ppl|quantize --json` runs as SVG (needs matplotlib: pip install matplotlib).
 
   python3 scripts/plot_training.py RUN.json [--title T] -o OUT.svg
 
@@ -7,13 +7,13 @@ Finds the calibration report in the run's JSON (any object with a "finetune" rep
 "blocks", or a "prefix_train" report) and draws:
   - block-wise fine-tuning (docs/train.md): per block, the block-output MSE relative to the grid
     search's (epoch 0 = before training, then each epoch's mean as it trained, the last point the
-    MSE after training), one line per block, early blocks light, late blocks dark; and the MSE
-    before / after per block on a log axis;
+    MSE after training), one line per block, early blocks light, late blocks dark (colour bar); and
+    the MSE before / after per block on a log axis;
   - IntactKV+Cal: the objective before training and each epoch's mean.
+The SVG is deterministic (fixed hash salt, no date).
 """
 import argparse
 import json
-import math
 import sys
 
 
@@ -35,50 +35,65 @@ def find(obj, key, need):
     return None
 
 
-class Panel:
-    """One x/y chart inside the SVG at (x0, y0) of size w x h."""
+def plot(ft, pt, title, out):
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("plot_training: needs matplotlib (pip install matplotlib)")
+    from matplotlib import cm, colors
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
-    def __init__(self, x0, y0, w, h, xr, yr, title, xlabel, ylabel, logy=False):
-        self.x0, self.y0, self.w, self.h = x0, y0, w, h
-        self.logy = logy
-        self.xr = xr
-        self.yr = (math.log10(yr[0]), math.log10(yr[1])) if logy else yr
-        self.out = []
-        self.out.append(f'<rect x="{x0}" y="{y0}" width="{w}" height="{h}" fill="none" stroke="#888"/>')
-        self.out.append(f'<text x="{x0 + w / 2}" y="{y0 - 10}" text-anchor="middle" font-size="14">{title}</text>')
-        self.out.append(f'<text x="{x0 + w / 2}" y="{y0 + h + 36}" text-anchor="middle" font-size="12">{xlabel}</text>')
-        self.out.append(f'<text x="{x0 - 52}" y="{y0 + h / 2}" text-anchor="middle" font-size="12" '
-                        f'transform="rotate(-90 {x0 - 52} {y0 + h / 2})">{ylabel}</text>')
-        for i in range(5):
-            fy = self.yr[0] + (self.yr[1] - self.yr[0]) * i / 4
-            v = 10 ** fy if logy else fy
-            py = self.py(v)
-            self.out.append(f'<line x1="{x0}" y1="{py}" x2="{x0 + w}" y2="{py}" stroke="#eee"/>')
-            self.out.append(f'<text x="{x0 - 6}" y="{py + 4}" text-anchor="end" font-size="10">{v:.3g}</text>')
-        for i in range(5):
-            v = xr[0] + (xr[1] - xr[0]) * i / 4
-            self.out.append(f'<text x="{self.px(v)}" y="{y0 + h + 16}" text-anchor="middle" font-size="10">{v:.3g}</text>')
+    nrows = (1 if ft else 0) + (1 if pt else 0)
+    with matplotlib.rc_context({"svg.hashsalt": "sinkq-plot-training", "font.size": 10}):
+        fig = Figure(figsize=(12, 4.6 * nrows + (0.4 if title else 0)), layout="constrained")
+        grid = fig.add_gridspec(nrows, 2)
+        row = 0
+        if ft:
+            blocks = ft["blocks"]
+            E = len(blocks[0]["epoch_mse"])
+            rel = [[1.0] + [e / b["mse_before"] for e in b["epoch_mse"]] + [b["mse_after"] / b["mse_before"]]
+                   for b in blocks]
+            cmap = matplotlib.colormaps["viridis_r"]
+            norm = colors.Normalize(0, max(len(blocks) - 1, 1))
+            ax = fig.add_subplot(grid[row, 0])
+            xs = list(range(E + 2))
+            for i, r in enumerate(rel):
+                ax.plot(xs, r, color=cmap(norm(i)), linewidth=1.2)
+            ax.axhline(1.0, color="#888", linestyle=":", linewidth=1)
+            ax.set_xlim(0, E + 1)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title("block MSE / grid-search MSE")
+            ax.set_xlabel(f"epoch (0: grid search; {E + 1}: after training)")
+            ax.set_ylabel("relative MSE")
+            ax.grid(color="#eee")
+            sm = cm.ScalarMappable(norm=norm, cmap=cmap)
+            fig.colorbar(sm, ax=ax, label="block", pad=0.01).locator = MaxNLocator(integer=True)
 
-    def px(self, x):
-        return self.x0 + (x - self.xr[0]) / ((self.xr[1] - self.xr[0]) or 1) * self.w
-
-    def py(self, y):
-        if self.logy:
-            y = math.log10(max(y, 1e-30))
-        return self.y0 + self.h - (y - self.yr[0]) / ((self.yr[1] - self.yr[0]) or 1) * self.h
-
-    def line(self, xs, ys, color, width=1.5, label=None):
-        pts = " ".join(f"{self.px(x):.1f},{self.py(y):.1f}" for x, y in zip(xs, ys))
-        self.out.append(f'<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="{width}"/>')
-        if label:
-            self.out.append(f'<text x="{self.px(xs[-1]) + 4:.1f}" y="{self.py(ys[-1]) + 4:.1f}" font-size="10" '
-                            f'fill="{color}">{label}</text>')
-
-
-def shade(i, n):
-    t = i / max(n - 1, 1)
-    c = int(200 - 170 * t)
-    return f"rgb({c},{c},{255 - int(80 * t)})"
+            bx = fig.add_subplot(grid[row, 1])
+            layers = [b.get("layer", i) for i, b in enumerate(blocks)]
+            bx.plot(layers, [b["mse_before"] for b in blocks], "o-", color="#c33", markersize=3, label="grid search")
+            bx.plot(layers, [b["mse_after"] for b in blocks], "s-", color="#33c", markersize=3, label="fine-tuned")
+            bx.set_yscale("log")
+            bx.xaxis.set_major_locator(MaxNLocator(integer=True))
+            bx.set_title("block-output MSE per block")
+            bx.set_xlabel("block")
+            bx.set_ylabel("MSE (log)")
+            bx.grid(color="#eee", which="both")
+            bx.legend(loc="best", frameon=True, framealpha=0.9)
+            row += 1
+        if pt:
+            ys = [pt["initial_loss"]] + list(pt["epoch_loss"])
+            ax = fig.add_subplot(grid[row, 0])
+            ax.plot(range(len(ys)), ys, "o-", color="#3a3", linewidth=2, markersize=3)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_title("IntactKV+Cal objective")
+            ax.set_xlabel("epoch (0: untrained prefix)")
+            ax.set_ylabel(r"$\frac{1}{2}\sum_l \|f_l - y_l\|^2$ per token")
+            ax.grid(color="#eee")
+        if title:
+            fig.suptitle(title, fontsize=12)
+        fig.savefig(out, format="svg", metadata={"Date": None})
 
 
 def main():
@@ -87,46 +102,13 @@ def main():
     ap.add_argument("-o", "--out", required=True)
     ap.add_argument("--title", default="")
     a = ap.parse_args()
-    run = json.load(open(a.run))
+    with open(a.run) as f:
+        run = json.load(f)
     ft = find(run, "finetune", "blocks")  # the report, not the recipe's settings
     pt = find(run, "prefix_train", "epoch_loss")
     if not ft and not pt:
         sys.exit(f"{a.run}: no fine-tuning or prefix-training report found")
-    panels = []
-    if ft:
-        blocks = ft["blocks"]
-        E = len(blocks[0]["epoch_mse"])
-        rel = [[1.0] + [e / b["mse_before"] for e in b["epoch_mse"]] + [b["mse_after"] / b["mse_before"]] for b in blocks]
-        lo = min(min(r) for r in rel)
-        hi = max(max(r) for r in rel)
-        p = Panel(80, 50, 420, 300, (0, E + 1), (min(lo, 1.0) * 0.98, max(hi, 1.0) * 1.02),
-                  "block MSE / grid-search MSE", "epoch (0: grid search; last: after training)", "relative MSE")
-        for i, r in enumerate(rel):
-            p.line(list(range(E + 2)), r, shade(i, len(rel)))
-        panels.append(p)
-        before = [b["mse_before"] for b in blocks]
-        after = [b["mse_after"] for b in blocks]
-        q = Panel(620, 50, 420, 300, (0, len(blocks) - 1), (min(before + after) * 0.8, max(before + after) * 1.25),
-                  "block-output MSE per block", "block", "MSE (log)", logy=True)
-        q.line(list(range(len(blocks))), before, "#c33", label="grid search")
-        q.line(list(range(len(blocks))), after, "#33c", label="fine-tuned")
-        panels.append(q)
-    if pt:
-        ys = [pt["initial_loss"]] + list(pt["epoch_loss"])
-        y0 = 50 if not ft else 430
-        r = Panel(80, y0, 420, 300, (0, len(ys) - 1), (min(ys) * 0.98, max(ys) * 1.02),
-                  "IntactKV+Cal objective", "epoch (0: untrained prefix)", "1/2 sum_l ||f_l - y_l||^2 per token")
-        r.line(list(range(len(ys))), ys, "#3a3", width=2)
-        panels.append(r)
-    height = 430 if not (ft and pt) else 810
-    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="1120" height="{height}" font-family="sans-serif">',
-           '<rect width="100%" height="100%" fill="white"/>',
-           f'<text x="560" y="20" text-anchor="middle" font-size="15">{a.title}</text>']
-    for p in panels:
-        svg += p.out
-    svg.append("</svg>")
-    with open(a.out, "w") as f:
-        f.write("\n".join(svg) + "\n")
+    plot(ft, pt, a.title, a.out)
 
 
 if __name__ == "__main__":

@@ -4,13 +4,18 @@ giving WikiText-2 and C4 perplexity, KLD against the fp model, and the seven zer
 
     python3 scripts/results_table.py [--limit 100] [--threads 1] [--out results-run] [ROW ...]
 
-Each row's JSON goes to OUT/<row>.json (a row already there is not run again: delete it to rerun);
-then OUT/results.md, results.csv and acc.svg are written from all rows present. Needs build/src/cli/sinkq
-(bash scripts/build.sh) and ../shared. Progress of each run on stderr.
+Each row's JSON goes to OUT/<row>.json (or --rows-dir; a row already there is not run again: delete it
+to rerun); then OUT/results.md, results.csv and acc.svg are written from all rows present. Needs
+build/src/cli/sinkq (bash scripts/build.sh) and ../shared. Progress of each run on stderr. acc.svg needs
+matplotlib (--no-plot skips it); its dashed line is the chance level of the average, from the task files.
+docs/results from its rows alone, nothing run:
+
+    python3 scripts/results_table.py --render-only --out docs/results --rows-dir docs/results/rows
 """
 import argparse
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -60,7 +65,7 @@ def c4_text(path):
 
 def run_row(row, args, c4):
     rid, _, _, flags = row
-    out = os.path.join(args.out, rid + ".json")
+    out = os.path.join(args.rows_dir, rid + ".json")
     if os.path.exists(out):
         return
     cmd = [args.sinkq, "eval", "-m", MODEL, "--tasks", ",".join(TASKS), "--limit", str(args.limit),
@@ -80,27 +85,83 @@ def run_row(row, args, c4):
     os.replace(out + ".tmp", out)
 
 
-def svg_bars(rows, path):
-    """Average accuracy per row, a horizontal bar chart (no plotting library needed)."""
-    h = 24 * len(rows) + 60
-    s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="760" height="{h}" font-family="sans-serif" font-size="12">',
-         '<text x="10" y="20" font-size="14">SmolLM2-135M: average zero-shot accuracy (7 tasks)</text>']
-    for i, (label, acc) in enumerate(rows):
-        y = 40 + 24 * i
-        w = 400 * acc
-        s.append(f'<text x="300" y="{y + 14}" text-anchor="end">{label}</text>')
-        s.append(f'<rect x="310" y="{y}" width="{w:.1f}" height="18" fill="#4a7ab5"/>')
-        s.append(f'<text x="{315 + w:.1f}" y="{y + 14}">{acc:.3f}</text>')
-    s.append(f'<line x1="{310 + 400 * 0.25:.0f}" y1="35" x2="{310 + 400 * 0.25:.0f}" y2="{h - 10}" stroke="#999" '
-             'stroke-dasharray="4"/></svg>')
-    with open(path, "w") as f:
-        f.write("\n".join(s) + "\n")
+# Task id (the rows' "task") -> its directory under the commonsense data (src/eval/tasks.cc, mc_tasks()).
+TASK_DIRS = {"piqa": "piqa", "arc_easy": "ARC-Easy", "arc_challenge": "ARC-Challenge", "winogrande": "winogrande",
+             "boolq": "boolq", "openbookqa": "openbookqa", "social_iqa": "social_i_qa"}
+
+
+class MissingMatplotlib(Exception):
+    pass
+
+
+def n_choices(instruction):
+    """Choices of one LLM-Adapters item: its "Answer format: a1/a2/..." line (as src/eval/tasks.cc reads it)."""
+    _, sep, fmt = instruction.rpartition("Answer format: ")
+    if not sep:
+        raise ValueError("no 'Answer format: ' in the instruction")
+    return fmt.strip().count("/") + 1
+
+
+def chance_level(j):
+    """(chance of the row's average accuracy, {task: chance}) for the items the row `j` was evaluated on:
+    per task the mean over its first n items of 1 / choices, then the mean over the tasks (the average
+    accuracy is the tasks' plain mean). None when a task file cannot be read."""
+    data = j.get("data") or os.path.join(SHARED, "data/commonsense")
+    data = data if os.path.isabs(data) else os.path.join(ROOT, data)
+    per = {}
+    for t in j["tasks"]:
+        path = os.path.join(data, TASK_DIRS.get(t["task"], t["task"]), "test.json")
+        try:
+            with open(path) as f:
+                items = json.load(f)[:t["n"]]
+            per[t["task"]] = sum(1.0 / n_choices(it["instruction"]) for it in items) / len(items)
+        except (OSError, ValueError, KeyError, ZeroDivisionError) as e:
+            print(f"results_table: {path}: {e}; acc.svg drawn without the chance line", file=sys.stderr)
+            return None
+    return sum(per.values()) / len(per), per
+
+
+def svg_bars(rows, path, chance=None, title="SmolLM2-135M: average zero-shot accuracy (7 tasks)"):
+    """Average accuracy per row (`rows`: (label, acc) pairs, top to bottom), a horizontal bar chart with a
+    dashed line at `chance` (chance_level()'s pair, or None). Needs matplotlib (MissingMatplotlib if absent)."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise MissingMatplotlib(str(e)) from None
+    from matplotlib.figure import Figure
+
+    labels = [r[0] for r in rows]
+    accs = [r[1] for r in rows]
+    top = max(accs + [chance[0] if chance else 0])
+    xmax = min(1.0, math.ceil((top + 0.1) * 10) / 10)
+    with matplotlib.rc_context({"svg.hashsalt": "sinkq-results", "font.size": 10}):
+        fig = Figure(figsize=(9, 0.32 * len(rows) + 1.7), layout="constrained")
+        ax = fig.add_subplot()
+        ys = list(range(len(rows)))
+        ax.barh(ys, accs, height=0.7, color="#4a7ab5", zorder=2)
+        for y, a in zip(ys, accs):  # the values in a column at the right, clear of the bars and the line
+            ax.text(xmax * 0.99, y, f"{a:.3f}", ha="right", va="center", fontsize=9, zorder=3)
+        ax.set_yticks(ys, labels)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+        ax.set_xlim(0, xmax)
+        ax.set_xlabel("average accuracy over the seven tasks")
+        ax.grid(axis="x", color="#e4e4e4", zorder=0)
+        ax.set_axisbelow(True)
+        if chance:
+            ax.axvline(chance[0], color="#c33", linestyle="--", linewidth=1.2, zorder=4,
+                       label=f"chance ({chance[0]:.3f}: mean over the tasks of mean 1/choices)")
+            try:  # below the axis (matplotlib >= 3.7)
+                fig.legend(loc="outside lower center", fontsize=9, frameon=False)
+            except ValueError:
+                ax.legend(loc="lower right", fontsize=9, framealpha=0.95)
+        ax.set_title(title, fontsize=11)
+        fig.savefig(path, format="svg", metadata={"Date": None})
 
 
 def tables(args):
     rows = []
     for rid, bits, method, _ in ROWS:
-        p = os.path.join(args.out, rid + ".json")
+        p = os.path.join(args.rows_dir, rid + ".json")
         if os.path.exists(p):
             with open(p) as f:
                 rows.append((rid, bits, method, json.load(f)))
@@ -130,8 +191,17 @@ def tables(args):
                 f"protocol), the others without one (gptq protocol)\n\n" + text)
     with open(os.path.join(args.out, "results.csv"), "w", newline="") as f:
         csv.writer(f).writerows(csv_rows)
-    svg_bars([(f"{b} {m}", j["average_acc"]) for _, b, m, j in rows], os.path.join(args.out, "acc.svg"))
     print(text)
+    if args.plot:
+        tasks = [(t["task"], t["n"]) for t in rows[0][3]["tasks"]]
+        if any([(t["task"], t["n"]) for t in j["tasks"]] != tasks for _, _, _, j in rows):
+            print("results_table: rows differ in tasks or items; chance line from the first row's", file=sys.stderr)
+        try:
+            svg_bars([(f"{b} {m}", j["average_acc"]) for _, b, m, j in rows], os.path.join(args.out, "acc.svg"),
+                     chance_level(rows[0][3]),
+                     f"SmolLM2-135M: average zero-shot accuracy ({len(tasks)} tasks, first {n} items each)")
+        except MissingMatplotlib:
+            args.plot_failed = True
 
 
 def main():
@@ -142,17 +212,31 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=os.path.join(ROOT, "results-run"))
     ap.add_argument("--sinkq", default=os.path.join(ROOT, "build/src/cli/sinkq"))
+    ap.add_argument("--rows-dir", help="where the rows' JSONs are read and written (default: OUT; "
+                    "docs/results keeps them in docs/results/rows)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="run nothing: rewrite results.md, results.csv and acc.svg from the rows present")
+    ap.add_argument("--no-plot", dest="plot", action="store_false", help="skip acc.svg (no matplotlib needed)")
     args = ap.parse_args()
-    os.makedirs(args.out, exist_ok=True)
-    c4 = c4_text(os.path.join(args.out, "c4_eval.txt"))
+    args.rows_dir = args.rows_dir or args.out
+    args.plot_failed = False
     ids = [r[0] for r in ROWS]
     for r in args.rows:
         if r not in ids:
             sys.exit(f"results_table: unknown row '{r}' (rows: {', '.join(ids)})")
-    for row in ROWS:
-        if not args.rows or row[0] in args.rows:
-            run_row(row, args, c4)
-            tables(args)
+    os.makedirs(args.out, exist_ok=True)
+    if args.render_only:
+        tables(args)
+    else:
+        os.makedirs(args.rows_dir, exist_ok=True)
+        c4 = c4_text(os.path.join(args.out, "c4_eval.txt"))
+        for row in ROWS:
+            if not args.rows or row[0] in args.rows:
+                run_row(row, args, c4)
+                tables(args)
+    if args.plot_failed:
+        sys.exit("results_table: acc.svg not written: matplotlib is missing (pip install matplotlib), or pass "
+                 "--no-plot; results.md and results.csv were written")
 
 
 if __name__ == "__main__":

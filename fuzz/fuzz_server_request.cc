@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // 1..4 bytes; the released text must be the rest up to the first occurrence.
   if (size >= 4) {
     const std::string stop = body.substr(0, 3), rest = body.substr(3);
-    StopMatcher m({stop});
+    sinkq::StopMatcher m({stop});
     std::string out;
     for (size_t i = 0; i < rest.size();) {
       const size_t n = 1 + (uint8_t(rest[i]) % 4);

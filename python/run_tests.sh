@@ -12,9 +12,10 @@ if ! ls build/python/sinkq/_sinkq*.so >/dev/null 2>&1; then
        "it is skipped when CMake finds no pybind11 or Python headers: scripts/install-deps.sh installs them)" >&2
   exit 1
 fi
-# numpy (the module's arrays) and pytest, when missing (quiet, idempotent).
-if ! "$PY" -c "import numpy, pytest" >/dev/null 2>&1; then
-  "$PY" -m pip install --quiet --disable-pip-version-check numpy pytest
+# numpy (the module's arrays), pytest, and the wheel's build backend (the pip-wheel test builds
+# without isolation, so without the network).
+if ! "$PY" -c "import numpy, pytest, scikit_build_core, pybind11" >/dev/null 2>&1; then
+  "$PY" -m pip install --quiet --disable-pip-version-check numpy pytest "scikit-build-core>=0.10" "pybind11>=2.10"
 fi
 # The same thread setting as the C++ tests (scripts/test.sh): the CI machine has 2 cores.
 export SINKQ_THREADS=${SINKQ_THREADS:-2}

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "calib/prefix.h"
 #include "eval/generate.h"
 #include "eval/ppl.h"
 #include "model/kv_prefix.h"
@@ -121,6 +122,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
   std::vector<int32_t> encode_prompt(std::string_view text) const;
   // The stop ids of generation: the config's eos_token_ids and the tokenizer's [EOS].
   std::vector<int32_t> stop_ids() const;
+  // A conversation's prompt tokens: the model's chat template rendered with the generation prompt
+  // (calib/prefix.h render_chat) and encoded. The prefix is in front of every session: when the
+  // rendered conversation starts with its tokens (IntactKV[P]: the same system prompt; a [BOS]
+  // prefix and a template that writes [BOS]) they are not fed twice; with an IntactKV[P] prefix a
+  // conversation without a system message runs behind the prefix's, and one with another system
+  // message is an error (it would answer a conversation nobody sent). Error when the model has no
+  // chat template or the template cannot render the messages.
+  std::vector<int32_t> encode_chat(const std::vector<ChatMessage>& messages) const;
+  // The template's end-of-turn token ("<|im_end|>", ...), which ends a chat reply; -1: none.
+  int32_t end_of_turn_id() const;
 
   // The packed model of a simulated engine (runtime::build_quantized), ready for
   // runtime::write_artifact; its recipe JSON records the calibration data and the prefix

@@ -57,6 +57,8 @@ class Model:
     @property
     def stop_ids(self) -> list[int]: ...
     @property
+    def chat_template(self) -> str: ...
+    @property
     def config(self) -> dict[str, Any]: ...
     @property
     def recipe(self) -> dict[str, Any]: ...
@@ -75,7 +77,20 @@ class Model:
         seed: int = 0,
         stop_on_eos: bool = True,
         stop_on_bos: bool = False,
+        stop: Union[str, Sequence[str], None] = None,
     ) -> Generation: ...
+    def chat(
+        self,
+        messages: Sequence[Union[dict[str, str], tuple[str, str]]],
+        *,
+        max_tokens: Optional[int] = None,
+        temperature: float = 0.8,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: Union[str, Sequence[str], None] = None,
+        stream: bool = False,
+    ) -> Union[str, Generation]: ...
     def ppl(
         self,
         text: Optional[str] = None,

@@ -331,8 +331,10 @@ class Generation {
   // The stream decoder starts from the prompt's ids, so the pieces continue the prompt's text
   // (" upon" after "Once": a decoder started at the first generated id would drop SentencePiece's
   // leading space, as decoding the generated ids alone does).
-  Generation(std::shared_ptr<const Engine> e, std::vector<int32_t> prompt)
-      : e_(std::move(e)), dec_(e_->tokenizer()), prompt_(std::move(prompt)) {
+  // stop: strings that end the generation when the text contains one (excluded from the text).
+  Generation(std::shared_ptr<const Engine> e, std::vector<int32_t> prompt, std::vector<std::string> stop = {})
+      : e_(std::move(e)), dec_(e_->tokenizer()), prompt_(std::move(prompt)), has_stop_(!stop.empty()),
+        stop_(std::move(stop)) {
     dec_.prime(prompt_);
   }
   ~Generation() { stop(); }
@@ -395,7 +397,16 @@ class Generation {
       }
       if (got) {
         ids_.push_back(id);
-        return py::make_tuple(id, utf8(dec_.push(id)));
+        std::string piece = dec_.push(id);
+        if (has_stop_) {
+          piece = stop_.push(piece);
+          if (stop_.matched()) {  // the text before it is the last piece
+            close();
+            matched_stop_ = true;
+          }
+        }
+        text_ += piece;
+        return py::make_tuple(id, utf8(piece));
       }
       if (ready) break;  // done
       if (PyErr_CheckSignals() != 0) throw py::error_already_set();  // Ctrl-C while waiting
@@ -403,6 +414,14 @@ class Generation {
     join();
     finished_ = true;
     if (st_->err) std::rethrow_exception(st_->err);
+    // Text held back because it could have begun a stop string (or an unfinished UTF-8 character
+    // at the end): one last piece, with no id of its own.
+    if (has_stop_ && !tail_given_) {
+      tail_given_ = true;
+      const std::string tail = stop_.push(dec_.flush()) + stop_.flush();
+      text_ += tail;
+      if (!tail.empty()) return py::make_tuple(-1, utf8(tail));
+    }
     throw py::stop_iteration();
   }
 
@@ -417,8 +436,9 @@ class Generation {
 
   const std::vector<int32_t>& prompt_ids() const { return prompt_; }
   const std::vector<int32_t>& ids() const { return ids_; }
-  // The generated ids decoded alone (as `sinkq generate --json` prints "text").
-  py::str text() const { return utf8(e_->tokenizer().decode(ids_)); }
+  // The generated ids decoded alone (as `sinkq generate --json` prints "text"); with stop strings,
+  // the text yielded (the stop string and what followed it excluded).
+  py::str text() const { return has_stop_ ? utf8(text_) : utf8(e_->tokenizer().decode(ids_)); }
 
   // After the end (StopIteration or close()): what Session::generate returned; None before.
   py::object result() {
@@ -435,6 +455,7 @@ class Generation {
     d["cancelled"] = r.cancelled;
     d["prefill_seconds"] = r.prefill_seconds;
     d["decode_seconds"] = r.decode_seconds;
+    d["stop_string"] = matched_stop_;  // ended at one of stop=
     return d;
   }
 
@@ -475,15 +496,72 @@ class Generation {
   std::thread worker_;
   std::mutex join_mu_;
   bool finished_ = false, reading_ = false;  // (read and written with the GIL held)
+  bool has_stop_ = false, matched_stop_ = false, tail_given_ = false;
+  StopMatcher stop_;
+  std::string text_;  // the pieces yielded
 };
 
-std::unique_ptr<Generation> generate(const PyModel& m, py::handle prompt_obj, int64_t max_tokens, float temperature,
-                                     int top_k, float top_p, uint64_t seed, bool stop_on_eos, bool stop_on_bos) {
+// stop=: None, a str, or a sequence of non-empty str (at most 16, as the server takes).
+std::vector<std::string> stop_strings(py::handle stop) {
+  std::vector<std::string> out;
+  if (stop.is_none()) return out;
+  if (py::isinstance<py::str>(stop)) {
+    out.push_back(stop.cast<std::string>());
+  } else {
+    if (!py::isinstance<py::sequence>(stop) || py::isinstance<py::bytes>(stop))
+      throw py::type_error("stop: expected None, a str or a list of str");
+    for (const py::handle s : stop) {
+      if (!py::isinstance<py::str>(s)) throw py::type_error("stop: expected None, a str or a list of str");
+      out.push_back(s.cast<std::string>());
+    }
+  }
+  if (out.size() > 16) throw py::value_error(fmt::format("stop: {} strings (at most 16)", out.size()));
+  for (const std::string& s : out)
+    if (s.empty()) throw py::value_error("stop: an empty string would stop before anything");
+  return out;
+}
+
+// The sampling arguments generate() and chat() share, checked.
+GenerateOptions sampling_options(int64_t max_tokens, float temperature, int top_k, float top_p, uint64_t seed) {
   if (max_tokens < 0) throw py::value_error(fmt::format("max_tokens must be >= 0 (got {})", max_tokens));
   if (!(temperature >= 0) || !std::isfinite(temperature))
     throw py::value_error(fmt::format("temperature must be a finite number >= 0 (got {})", temperature));
   if (top_k < 0) throw py::value_error(fmt::format("top_k must be >= 0 (got {})", top_k));
   if (!(top_p > 0 && top_p <= 1)) throw py::value_error(fmt::format("top_p must be in (0, 1] (got {})", top_p));
+  GenerateOptions go;
+  go.max_new_tokens = max_tokens;
+  go.sampler.temperature = temperature;
+  go.sampler.top_k = top_k;
+  go.sampler.top_p = top_p;
+  go.sampler.seed = seed;
+  validate(go.sampler);
+  return go;
+}
+
+// Starts a Generation of `prompt` (checked against the context).
+std::unique_ptr<Generation> start_generation(const PyModel& m, std::vector<int32_t> prompt, GenerateOptions go,
+                                             std::vector<std::string> stop) {
+  if (prompt.empty())
+    throw py::value_error(m.e->prefix_has_bos() ? "prompt is empty (behind a [BOS] prefix it gets no BOS of its own)"
+                                                : "prompt is empty: nothing to condition on");
+  const int64_t need = int64_t(prompt.size()) + go.max_new_tokens;
+  SINKQ_CHECK(need <= m.e->max_context(),
+              "prompt ({} tokens) + max_tokens {} = {} exceeds the {} positions the model has{}", prompt.size(),
+              go.max_new_tokens, need, m.e->max_context(),
+              m.e->prefix_size() ? fmt::format(" after its {}-token prefix", m.e->prefix_size()) : "");
+  auto g = std::make_unique<Generation>(m.e, std::move(prompt), std::move(stop));
+  {
+    py::gil_scoped_release nogil;
+    g->start(need, go);
+  }
+  return g;
+}
+
+std::unique_ptr<Generation> generate(const PyModel& m, py::handle prompt_obj, int64_t max_tokens, float temperature,
+                                     int top_k, float top_p, uint64_t seed, bool stop_on_eos, bool stop_on_bos,
+                                     py::handle stop_obj) {
+  GenerateOptions go = sampling_options(max_tokens, temperature, top_k, top_p, seed);
+  std::vector<std::string> stop = stop_strings(stop_obj);
   std::vector<int32_t> prompt;
   if (py::isinstance<py::str>(prompt_obj)) {
     const std::string text = prompt_obj.cast<std::string>();
@@ -498,30 +576,65 @@ std::unique_ptr<Generation> generate(const PyModel& m, py::handle prompt_obj, in
                                        py::str(py::type::handle_of(prompt_obj).attr("__name__")).cast<std::string>()));
     prompt = ids_of(py::detail::cast_op<std::vector<int64_t>&>(ids), m.vocab());
   }
-  if (prompt.empty())
-    throw py::value_error(m.e->prefix_has_bos() ? "prompt is empty (behind a [BOS] prefix it gets no BOS of its own)"
-                                                : "prompt is empty: nothing to condition on");
-  const int64_t need = int64_t(prompt.size()) + max_tokens;
-  SINKQ_CHECK(need <= m.e->max_context(),
-              "prompt ({} tokens) + max_tokens {} = {} exceeds the {} positions the model has{}", prompt.size(),
-              max_tokens, need, m.e->max_context(),
-              m.e->prefix_size() ? fmt::format(" after its {}-token prefix", m.e->prefix_size()) : "");
-  GenerateOptions go;
-  go.max_new_tokens = max_tokens;
-  go.sampler.temperature = temperature;
-  go.sampler.top_k = top_k;
-  go.sampler.top_p = top_p;
-  go.sampler.seed = seed;
-  validate(go.sampler);
   if (stop_on_eos) go.stop_ids = m.e->stop_ids();
   const int bos = m.e->tokenizer().bos_id();
   if (stop_on_bos && bos >= 0) go.stop_ids.push_back(bos);
-  auto g = std::make_unique<Generation>(m.e, std::move(prompt));
+  return start_generation(m, std::move(prompt), go, std::move(stop));
+}
+
+// The messages of chat(): dicts {"role": str, "content": str} or (role, content) pairs.
+std::vector<ChatMessage> chat_messages(py::handle messages) {
+  if (py::isinstance<py::str>(messages) || !py::isinstance<py::sequence>(messages))
+    throw py::type_error("messages: expected a list of {'role': ..., 'content': ...} dicts (or (role, content) pairs)");
+  std::vector<ChatMessage> out;
+  size_t i = 0;
+  for (const py::handle h : messages) {
+    py::object role, content;
+    if (py::isinstance<py::dict>(h)) {
+      const py::dict d = py::reinterpret_borrow<py::dict>(h);
+      if (!d.contains("role") || !d.contains("content"))
+        throw py::value_error(fmt::format("messages[{}]: needs 'role' and 'content'", i));
+      role = d["role"];
+      content = d["content"];
+    } else if (py::isinstance<py::tuple>(h) && py::len(h) == 2) {
+      role = h[py::int_(0)];
+      content = h[py::int_(1)];
+    } else {
+      throw py::type_error(fmt::format("messages[{}]: expected a dict with 'role' and 'content' or a (role, content) pair", i));
+    }
+    if (!py::isinstance<py::str>(role) || !py::isinstance<py::str>(content))
+      throw py::type_error(fmt::format("messages[{}]: 'role' and 'content' must be str", i));
+    out.push_back({role.cast<std::string>(), content.cast<std::string>()});
+    ++i;
+  }
+  if (out.empty()) throw py::value_error("messages is empty");
+  return out;
+}
+
+// A reply to a conversation in the model's chat template, ending at its end-of-turn token (or
+// EOS). stream: the Generation; else the reply's text.
+py::object chat(const PyModel& m, py::handle messages_obj, std::optional<int64_t> max_tokens, float temperature, int top_k,
+                float top_p, uint64_t seed, py::handle stop_obj, bool stream) {
+  const std::vector<ChatMessage> messages = chat_messages(messages_obj);
+  std::vector<int32_t> prompt;
   {
     py::gil_scoped_release nogil;
-    g->start(need, go);
+    prompt = m.e->encode_chat(messages);
   }
-  return g;
+  // Default: what the context leaves, at most 512 tokens.
+  const int64_t left = m.e->max_context() - int64_t(prompt.size());
+  GenerateOptions go = sampling_options(max_tokens.value_or(std::clamp<int64_t>(left, 0, 512)), temperature, top_k,
+                                        top_p, seed);
+  go.stop_ids = m.e->stop_ids();
+  if (const int32_t t = m.e->end_of_turn_id(); t >= 0) go.stop_ids.push_back(t);
+  std::unique_ptr<Generation> g = start_generation(m, std::move(prompt), go, stop_strings(stop_obj));
+  if (stream) return py::cast(std::move(g));
+  std::string reply;
+  try {
+    for (;;) reply += g->next()[1].cast<std::string>();
+  } catch (const py::stop_iteration&) {
+  }
+  return utf8(reply);
 }
 
 // ---- perplexity ------------------------------------------------------------------------------------
@@ -685,15 +798,31 @@ PYBIND11_MODULE(_sinkq, m) {
 #ifdef SINKQ_VERSION
   m.attr("__version__") = SINKQ_VERSION;
 #endif
+  // Each docstring starts with the signature as Python users write it (python/sinkq/_sinkq.pyi has
+  // the same types): pybind11's own shows C++ names ("handle", "sinkq::python::PyModel") and float
+  // defaults as 0.800000011920929.
+  py::options options;
+  options.disable_function_signatures();
 
   // sinkq::Error -> sinkq.Error(RuntimeError) with sinkq's message.
   py::register_exception<sinkq::Error>(m, "Error", PyExc_RuntimeError);
   m.attr("Error").attr("__doc__") = "A sinkq error: a bad path, recipe field, token id or length; the message names it.";
 
-  m.def("presets", &quant::Recipe::preset_names, "The named quantization presets (quant::Recipe::from_preset).");
+  py::class_<PyModel, std::shared_ptr<PyModel>> model(
+      m, "Model",
+      "A loaded model (an immutable Engine); sinkq.load() makes one. Every method runs a fresh session, so calls "
+      "from several threads may run at once. Long calls stop at Ctrl-C (KeyboardInterrupt).");
+  py::class_<Generation> generation(
+      m, "Generation", "The iterator Model.generate() and Model.chat(stream=True) return: yields (id, text_piece); close() stops it.");
+
+  m.def("presets", &quant::Recipe::preset_names, R"(presets() -> list[str]
+
+The named quantization presets ('w8a8', 'prefixquant-w4a4kv4', ...), as `sinkq quantize --preset` takes them.)");
 
   m.def("load", &python::load, py::arg("path"), py::arg("recipe") = py::none(), py::arg("threads") = py::none(),
-        R"(Loads a model: a Hugging Face model directory, a GGUF file or a sinkq artifact.
+        R"(load(path: str | os.PathLike, recipe: str | dict | os.PathLike | None = None, threads: int | None = None) -> Model
+
+Loads a model: a Hugging Face model directory, a GGUF file or a sinkq artifact.
 
 recipe: None (full precision), a preset name ('w8a8', 'w4a8kv4', see presets()), a recipe as a dict
 or JSON string (the layout `sinkq ... --dump-recipe` prints), or a recipe JSON file path. A model is
@@ -703,58 +832,87 @@ default SINKQ_THREADS or all cores). Errors: sinkq.Error naming the path or reci
 
   m.def("quantize", &python::quantize, py::arg("src"), py::arg("out"), py::arg("recipe"), py::kw_only(),
         py::arg("force") = false, py::arg("fp_dtype") = "auto", py::arg("threads") = py::none(),
-        R"(Quantizes the model at src with recipe and writes a sinkq artifact to out (what
+        R"(quantize(src: str | os.PathLike, out: str | os.PathLike, recipe: str | dict | os.PathLike, *, force: bool = False, fp_dtype: str = "auto", threads: int | None = None) -> dict
+
+Quantizes the model at src with recipe and writes a sinkq artifact to out (what
 `sinkq quantize --json` does and prints): returns {'out', 'model', 'config', 'files', 'total_bytes',
 'tensor_bytes', 'packed_weight_bytes', 'fp16_bytes', 'ratio_to_fp16', 'fp_dtype', 'seconds'}.
 fp_dtype: storage of the embeddings / lm_head: auto | f32 | f16 | bf16. force: replace out.)");
 
-  py::class_<PyModel, std::shared_ptr<PyModel>>(m, "Model",
-                                                "A loaded model (an immutable Engine); sinkq.load() makes one. Every "
-                                                "method runs a fresh session, so calls from several threads may run "
-                                                "at once.")
-      .def_property_readonly("path", [](const PyModel& s) { return s.e->path(); })
+  model.def_property_readonly("path", [](const PyModel& s) { return s.e->path(); }, "The path it was loaded from")
       .def_property_readonly("runtime", [](const PyModel& s) { return std::string(s.e->runtime_name()); },
                              "'simulated' (a model quantized in process) or 'packed' (an artifact)")
-      .def_property_readonly("vocab_size", &PyModel::vocab)
+      .def_property_readonly("vocab_size", &PyModel::vocab, "Rows of the logits")
       .def_property_readonly("max_context", [](const PyModel& s) { return s.e->max_context(); },
                              "Positions left for a sequence after the KV prefix")
       .def_property_readonly("prefix_tokens", [](const PyModel& s) { return s.e->prefix_tokens(); },
                              "The full-precision KV prefix in front of every sequence (empty: none)")
-      .def_property_readonly("bos_id", [](const PyModel& s) { return s.e->tokenizer().bos_id(); })
+      .def_property_readonly("bos_id", [](const PyModel& s) { return s.e->tokenizer().bos_id(); }, "[BOS] (-1: none)")
       .def_property_readonly("stop_ids", [](const PyModel& s) { return s.e->stop_ids(); },
                              "The ids generation stops at (stop_on_eos)")
+      .def_property_readonly("chat_template", [](const PyModel& s) { return s.e->tokenizer().chat_template(); },
+                             "The model's Jinja chat template ('' : none, and chat() refuses)")
       .def_property_readonly("config", [](const PyModel& s) { return to_py(s.e->config_json()); },
                              "The configuration that runs, as a dict (Engine::config_json)")
       .def_property_readonly("recipe", [](const PyModel& s) { return to_py(s.e->recipe().to_json()); },
                              "The quantization recipe as a dict (what load(recipe=...) accepts)")
-      .def("describe", [](const PyModel& s) { return s.e->describe(); }, "One line: the configuration that runs")
+      .def("describe", [](const PyModel& s) { return s.e->describe(); }, R"(describe() -> str
+
+One line: the configuration that runs.)")
       .def("__repr__",
            [](const PyModel& s) {
              return fmt::format("<sinkq.Model {:?} ({}): {}>", s.e->path(), s.e->runtime_name(), s.e->describe());
            })
       .def("tokenize", &python::tokenize, py::arg("text"), py::arg("add_special") = true, py::arg("parse_special") = true,
-           "Text to token ids. add_special: the tokenizer's [BOS] as a prompt gets it (none when the KV prefix "
-           "holds [BOS]); parse_special: match special tokens such as '<|im_end|>' in the text.")
-      .def("detokenize", &python::detokenize, py::arg("ids"), py::arg("skip_special") = true, "Token ids to text.")
-      .def("logits", &python::logits, py::arg("ids"),
-           "Every position's logits, a float32 array [len(ids), vocab_size] (a copy Python owns), from a fresh "
-           "session behind the KV prefix.")
+           R"(tokenize(text: str, add_special: bool = True, parse_special: bool = True) -> list[int]
+
+Text to token ids. add_special: the tokenizer's [BOS] as a prompt gets it (none when the KV prefix
+holds [BOS]); parse_special: match special tokens such as '<|im_end|>' in the text.)")
+      .def("detokenize", &python::detokenize, py::arg("ids"), py::arg("skip_special") = true,
+           R"(detokenize(ids: Sequence[int], skip_special: bool = True) -> str
+
+Token ids to text (invalid UTF-8 bytes become U+FFFD).)")
+      .def("logits", &python::logits, py::arg("ids"), R"(logits(ids: Sequence[int]) -> numpy.ndarray
+
+Every position's logits, a float32 array [len(ids), vocab_size] (a copy Python owns), from a fresh
+session behind the KV prefix.)")
       .def("logprobs", &python::logprobs, py::arg("ids"), py::arg("start") = 1,
-           "Teacher-forced log-probabilities of ids[i] given ids[:i] for i in [start, len(ids)) (Session::logprobs).")
+           R"(logprobs(ids: Sequence[int], start: int = 1) -> list[float]
+
+Teacher-forced log-probabilities of ids[i] given ids[:i] for i in [start, len(ids)).)")
       .def("generate", &python::generate, py::arg("prompt"), py::arg("max_tokens") = 64, py::arg("temperature") = 0.8f,
            py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0, py::arg("stop_on_eos") = true,
-           py::arg("stop_on_bos") = false,
-           R"(Streams generated tokens: an iterator of (id, text_piece) tuples, produced on a worker thread.
+           py::arg("stop_on_bos") = false, py::arg("stop") = py::none(),
+           R"(generate(prompt: str | Sequence[int], max_tokens: int = 64, temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop_on_eos: bool = True, stop_on_bos: bool = False, stop: str | Sequence[str] | None = None) -> Generation
+
+Streams generated tokens: an iterator of (id, text_piece) tuples, produced on a worker thread.
 
 prompt: str (encoded as a prompt: [BOS] as the tokenizer says) or a list of token ids. temperature 0 is
 greedy. stop_on_eos: stop at the model's EOS ids (not yielded); stop_on_bos: also at [BOS]
-(llama2.c-trained models such as stories260K end a story that way). Closing the iterator (close(),
-a `with` block, or dropping it) stops the generation. Same ids as `sinkq generate --json` with the
-same options. The pieces continue the prompt's text: prompt + "".join(pieces) reads as the whole.)")
+(llama2.c-trained models such as stories260K end a story that way). stop: strings that end the
+generation where the text first contains one (at most 16; the stop string is not yielded, and text
+that may begin one is held back until it is known not to: a last (-1, text) tuple carries what was
+held at the end). Closing the iterator (close(), a `with` block, or dropping it) stops the
+generation. Same ids as `sinkq generate --json` with the same options. The pieces continue the
+prompt's text: prompt + "".join(pieces) reads as the whole.)")
+      .def("chat", &python::chat, py::arg("messages"), py::kw_only(), py::arg("max_tokens") = py::none(),
+           py::arg("temperature") = 0.8f, py::arg("top_k") = 0, py::arg("top_p") = 1.0f, py::arg("seed") = 0,
+           py::arg("stop") = py::none(), py::arg("stream") = false,
+           R"(chat(messages: Sequence[dict | tuple[str, str]], *, max_tokens: int | None = None, temperature: float = 0.8, top_k: int = 0, top_p: float = 1.0, seed: int = 0, stop: str | Sequence[str] | None = None, stream: bool = False) -> str | Generation
+
+The assistant's reply to a conversation, in the model's own chat template (chat_template):
+messages are {'role': 'system' | 'user' | 'assistant', 'content': str} dicts or (role, content)
+pairs. The reply ends at the template's end-of-turn token (ChatML's '<|im_end|>', ...), EOS, a stop
+string, or max_tokens (default: what the context leaves, at most 512). With a KV prefix the
+conversation runs behind it as `sinkq serve` does (an IntactKV[P] system prompt is the one the model
+was quantized with). stream=True: the Generation to iterate instead of the text. sinkq.Error when
+the model has no chat template.)")
       .def("ppl", &python::ppl, py::arg("text") = py::none(), py::kw_only(), py::arg("file") = py::none(),
            py::arg("ctx") = py::none(), py::arg("windows") = py::none(), py::arg("protocol") = py::none(),
            py::arg("kld") = false,
-           R"(Perplexity of a text (or file=PATH) as `sinkq ppl --json` computes it: returns {'ppl', 'mean_nll',
+           R"(ppl(text: str | None = None, *, file: str | os.PathLike | None = None, ctx: int | None = None, windows: int | None = None, protocol: str | None = None, kld: bool = False) -> dict
+
+Perplexity of a text (or file=PATH) as `sinkq ppl --json` computes it: returns {'ppl', 'mean_nll',
 'tokens_scored', 'windows', 'ctx', 'protocol', 'file_tokens', 'window_nll', 'runtime'} (+ 'kld',
 'window_kld' with kld=True). ctx: window length (default min(2048, max positions - prefix));
 windows: score at most this many (default all); protocol: 'gptq' | 'bos' | 'prefix' | 'llamacpp' (default
@@ -762,24 +920,27 @@ windows: score at most this many (default all); protocol: 'gptq' | 'bos' | 'pref
       .def("analyze", &python::analyze, py::kw_only(), py::arg("data") = py::none(), py::arg("texts") = py::none(),
            py::arg("samples") = 8, py::arg("len") = py::none(), py::arg("seed") = 0, py::arg("eta") = 64.0,
            py::arg("bits") = 4, py::arg("alphas") = std::vector<float>{0.15f, 0.45f, 0.75f, 1.0f},
-           R"(Where the full-precision model's outliers are (`sinkq analyze --json` as a dict): token-wise
+           R"(analyze(*, data: str | os.PathLike | None = None, texts: Sequence[str] | None = None, samples: int = 8, len: int | None = None, seed: int = 0, eta: float = 64.0, bits: int = 4, alphas: Sequence[float] = (0.15, 0.45, 0.75, 1.0)) -> dict
+
+Where the full-precision model's outliers are (`sinkq analyze --json` as a dict): token-wise
 maxima per site, outlier tokens, attention to the first tokens, quantization kernel. Samples: data=PATH
 (calibration text: jsonl or plain; `samples` sequences of `len` tokens drawn with `seed`) or
 texts=[...] (each [BOS] + its tokens, cut at len).)");
 
-  py::class_<Generation>(m, "Generation",
-                         "The iterator Model.generate() returns: yields (id, text_piece); close() stops it.")
-      .def("__iter__", [](Generation& g) -> Generation& { return g; })
-      .def("__next__", &Generation::next)
-      .def("close", &Generation::close, "Stops the generation (the worker ends after the current token).")
+  generation.def("__iter__", [](Generation& g) -> Generation& { return g; })
+      .def("__next__", &Generation::next, "__next__() -> tuple[int, str]")
+      .def("close", &Generation::close, R"(close() -> None
+
+Stops the generation (the worker ends after the current token).)")
       .def("__enter__", [](Generation& g) -> Generation& { return g; })
       .def("__exit__", [](Generation& g, py::args) { g.close(); })
-      .def_property_readonly("prompt_ids", &Generation::prompt_ids)
+      .def_property_readonly("prompt_ids", &Generation::prompt_ids, "The prompt's ids (after the KV prefix)")
       .def_property_readonly("ids", &Generation::ids, "The ids yielded so far")
-      .def_property_readonly("text", &Generation::text, "The text of the ids yielded so far")
+      .def_property_readonly("text", &Generation::text,
+                             "The text of the ids yielded so far (with stop=: the text yielded, the stop string excluded)")
       .def_property_readonly("result", &Generation::result,
                              "After the end: {'generated_ids', 'stopped', 'cancelled', 'prefill_seconds', "
-                             "'decode_seconds'}; None before");
+                             "'decode_seconds', 'stop_string'}; None before");
 
   // Shown as sinkq.Error, sinkq.Model, sinkq.Generation (what the package exports).
   for (const char* name : {"Error", "Model", "Generation"}) m.attr(name).attr("__module__") = "sinkq";

@@ -508,3 +508,85 @@ def test_ctrl_c_stops_every_long_call_promptly(tmp_path):
         assert out[name] < 2.0, f"{name}: KeyboardInterrupt {out[name]:.2f} s after the signal"
     assert out["same_logits_after"]
     assert not out["artifact_left"], "an interrupted quantize leaves no artifact (the temporary directory is removed)"
+
+
+# `pip wheel ./python` after the main build takes its module (python/CMakeLists.txt: the build is
+# brought up to date, nothing compiled in pip's directory — it took 23 min), and the wheel installs
+# and runs in a fresh virtual environment. Without build isolation, so without the network.
+def test_pip_wheel_reuses_the_main_build(tmp_path):
+    if not list((ROOT / "build" / "python" / "sinkq").glob("_sinkq*.so")):
+        pytest.fail("build/python/sinkq/_sinkq*.so is missing: run scripts/build.sh first")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                        "--disable-pip-version-check", "-w", str(tmp_path / "dist"), str(ROOT / "python")],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.monotonic() - t0 < 300, "the wheel compiled the engine instead of reusing build/"
+    wheels = list((tmp_path / "dist").glob("sinkq-*.whl"))
+    assert len(wheels) == 1
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--quiet", "--disable-pip-version-check",
+                    str(wheels[0])], check=True, timeout=300)
+    code = ("import sinkq, sys; m = sinkq.load(sys.argv[1]); "
+            "print(sinkq.__file__); print(m.detokenize(m.tokenize('Once upon a time')))")
+    out = subprocess.run([str(py), "-c", code, str(S260K)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode == 0, out.stderr
+    where, text = out.stdout.splitlines()[:2]
+    assert where.startswith(str(venv)), where  # the installed package, not build/python
+    assert text == "Once upon a time"
+
+
+def test_generate_stop_strings(smol):
+    prompt = "The Eiffel Tower is"
+    full = smol.generate(prompt, max_tokens=60, temperature=0)
+    full_text = "".join(p for _, p in full)
+    for stop in ([". "], ["Paris", "."], "ffel To"):  # the last spans two tokens (" E", "iffel", " Tower")
+        first = min((full_text.find(s) for s in ([stop] if isinstance(stop, str) else stop) if s in full_text),
+                    default=-1)
+        assert first > 0, f"the greedy text has none of {stop}: {full_text!r}"
+        g = smol.generate(prompt, max_tokens=60, temperature=0, stop=stop)
+        pieces = list(g)
+        assert "".join(p for _, p in pieces) == full_text[:first] == g.text
+        assert g.result["stop_string"] and g.ids == full.ids[:len(g.ids)]
+    # Never seen: the whole text, the held-back tail released at the end (a last (-1, text)).
+    g = smol.generate(prompt, max_tokens=60, temperature=0, stop=[full_text[-3:] + "@@"])
+    assert "".join(p for _, p in g) == full_text and not g.result["stop_string"]
+    for bad, err in ((["a", ""], ValueError), ([1], TypeError), (["x"] * 17, ValueError), (b"x", TypeError)):
+        with pytest.raises(err):
+            smol.generate(prompt, stop=bad)
+
+
+def test_chat_uses_the_template_and_ends_at_the_turn(smol, s260k):
+    messages = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
+    reply = smol.chat(messages, temperature=0, max_tokens=64)
+    g = smol.chat([(m["role"], m["content"]) for m in messages], temperature=0, max_tokens=64, stream=True)
+    assert "".join(p for _, p in g) == reply and "Paris" in reply
+    assert g.result["stopped"], "ended at <|im_end|>, not at max_tokens"
+    # The prompt is the template's rendering, generation prompt included.
+    rendered = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+                "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n")
+    assert g.prompt_ids == smol.tokenize(rendered)
+    assert "<|im_end|>" not in reply
+    assert smol.chat(messages, temperature=0, max_tokens=64, stop="Paris") == reply[:reply.index("Paris")]
+    with pytest.raises(sinkq.Error, match="no chat template"):
+        s260k.chat([{"role": "user", "content": "hi"}])
+    with pytest.raises(ValueError, match="empty"):
+        smol.chat([])
+    with pytest.raises(TypeError):
+        smol.chat("hi")
+
+
+def test_signatures_and_docstrings_are_readable():
+    callables = {"load": sinkq.load, "quantize": sinkq.quantize, "presets": sinkq.presets}
+    for name in ("describe", "tokenize", "detokenize", "logits", "logprobs", "generate", "chat", "ppl", "analyze"):
+        callables[name] = getattr(sinkq.Model, name)
+    for name, f in callables.items():
+        doc = f.__doc__ or ""
+        first = doc.splitlines()[0] if doc else ""
+        assert first.startswith(name + "("), (name, first)
+        assert "handle" not in first and "::" not in first and "0.800000" not in first, (name, first)
+        assert len(doc.splitlines()) >= 3, f"{name}: a signature and no description"

@@ -220,6 +220,35 @@ std::vector<int32_t> Engine::stop_ids() const {
   return ids;
 }
 
+std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& messages_in) const {
+  const std::string tpl = tokenizer_->chat_template();
+  SINKQ_CHECK(!tpl.empty(), "the model ({}) has no chat template: write the prompt out and generate from it", path());
+  SINKQ_CHECK(!messages_in.empty(), "the conversation has no messages");
+  // The prefix's spec, read by the one --prefix parser (calib/prefix.h): a system prompt or not.
+  const std::string spec_text = prefix_json_.is_object() ? prefix_json_.value("spec", "") : "";
+  const std::optional<PrefixSpec> spec = spec_text.empty() ? std::nullopt : std::optional(parse_prefix_spec(spec_text));
+  const bool system_prefix = spec && spec->kind == PrefixSpec::Kind::System;
+  std::vector<ChatMessage> messages = messages_in;
+  // IntactKV[P]: a conversation without a system message runs behind the prefix's.
+  if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec->text});
+  const std::string text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true);
+  std::vector<int32_t> ids = tokenizer_->encode(text);
+  const std::vector<int32_t>& pre = prefix_tokens();
+  if (!pre.empty() && ids.size() >= pre.size() && std::equal(pre.begin(), pre.end(), ids.begin()))
+    return {ids.begin() + long(pre.size()), ids.end()};
+  SINKQ_CHECK(!system_prefix,
+              "this model runs behind the system prompt it was quantized with (IntactKV[P], '{}'): send that system "
+              "message first, or none (it is then taken as given)",
+              spec->text);
+  if (prefix_has_bos_ && !ids.empty() && ids.front() == tokenizer_->bos_id()) ids.erase(ids.begin());
+  return ids;
+}
+
+int32_t Engine::end_of_turn_id() const {
+  const std::string e = chat_end_of_turn(tokenizer_->chat_template());
+  return e.empty() ? -1 : tokenizer_->token_to_id(e);
+}
+
 runtime::QuantizedModel Engine::pack(const runtime::QuantizeOptions& opt) const {
   SINKQ_CHECK(runtime_ == Runtime::Simulated && pipeline_, "{} is already packed (a sinkq artifact)", path_);
   runtime::QuantizedModel qm = runtime::build_quantized(pipeline_->sim, opt);

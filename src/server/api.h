@@ -73,25 +73,7 @@ struct TokenizeRequest {
 TokenizeRequest parse_tokenize(std::string_view body);
 std::vector<int32_t> parse_detokenize(std::string_view body, int64_t vocab);
 
-// OpenAI's stop strings over streamed text: push() text as it is decoded, take what may be sent.
-// Text that could be the start of a stop string is held back until it is known not to be one; at
-// a match the text before it is released and matched() turns true (the stop string is not part of
-// the output).
-class StopMatcher {
- public:
-  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  // Appends `piece` and returns the text that can be sent now.
-  std::string push(std::string_view piece);
-  // End of generation: the held-back text (no stop string can complete any more).
-  std::string flush();
-  bool matched() const { return matched_; }
-  const std::string& text() const { return text_; }  // everything released so far
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_, text_;
-  bool matched_ = false;
-};
+// StopMatcher (stop strings over streamed text) is tokenizer/tokenizer.h's, shared with the Python module.
 
 // Compares a secret in time that depends on the lengths only, not on where the strings differ.
 bool constant_time_equal(std::string_view a, std::string_view b);

@@ -257,39 +257,17 @@ void Server::Impl::check_model(const std::string& requested) const {
                    "model", "model_not_found");
 }
 
-// The conversation's tokens after the engine's prefix. The prefix is in front of every session:
-// when the rendered conversation starts with its tokens (IntactKV[P]: the same system prompt; a
-// [BOS] prefix and a template that writes [BOS]) they are not fed twice. A system-prompt prefix
-// with another system message would answer a conversation the client did not send: 400.
+// The conversation's tokens after the engine's prefix (Engine::encode_chat); its errors are the
+// client's: 400 naming "messages".
 std::vector<int32_t> Server::Impl::chat_tokens(const ChatRequest& r) const {
-  const Tokenizer& tok = engine->tokenizer();
-  const std::string tpl = tok.chat_template();
-  if (tpl.empty())
+  if (engine->tokenizer().chat_template().empty())
     throw ApiError(400, fmt::format("the model ({}) has no chat template: use /v1/completions with the prompt written out",
                                     opt.alias), "messages");
-  // The prefix's spec, read by the one --prefix parser (calib/prefix.h): a system prompt or not.
-  const std::string spec_text = engine->prefix_json().is_object() ? engine->prefix_json().value("spec", "") : "";
-  const std::optional<PrefixSpec> spec = spec_text.empty() ? std::nullopt : std::optional(parse_prefix_spec(spec_text));
-  const bool system_prefix = spec && spec->kind == PrefixSpec::Kind::System;
-  std::vector<ChatMessage> messages = r.messages;
-  // IntactKV[P]: a conversation without a system message runs behind the prefix's.
-  if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec->text});
-  std::string text;
   try {
-    text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true);
+    return engine->encode_chat(r.messages);
   } catch (const Error& e) {
     throw ApiError(400, e.what(), "messages");
   }
-  std::vector<int32_t> ids = tok.encode(text);
-  const std::vector<int32_t>& pre = engine->prefix_tokens();
-  if (!pre.empty() && ids.size() >= pre.size() && std::equal(pre.begin(), pre.end(), ids.begin()))
-    return {ids.begin() + long(pre.size()), ids.end()};
-  if (system_prefix)
-    throw ApiError(400, fmt::format("this model runs behind the system prompt it was quantized with (IntactKV[P], '{}'): "
-                                    "send that system message first, or none (it is then taken as given)",
-                                    spec->text), "messages");
-  if (engine->prefix_has_bos() && !ids.empty() && ids.front() == tok.bos_id()) ids.erase(ids.begin());
-  return ids;
 }
 
 namespace {
@@ -720,8 +698,7 @@ void Server::Impl::routes() {
     auto prompt = std::make_shared<std::vector<int32_t>>(chat_tokens(*r));
     r->s.max_tokens = resolve_max_tokens(r->s.max_tokens, prompt->size(), opt.ctx, "messages");
     std::vector<int32_t> end_turn;
-    if (const std::string e = chat_end_of_turn(engine->tokenizer().chat_template()); !e.empty())
-      if (const int32_t t = engine->tokenizer().token_to_id(e); t >= 0) end_turn.push_back(t);
+    if (const int32_t t = engine->end_of_turn_id(); t >= 0) end_turn.push_back(t);
     std::shared_ptr<Slot> slot = acquire_or_503();
     const std::string id = fmt::format("chatcmpl-{}", next_id++);
     const bool want_lp = r->s.logprobs >= 0;

@@ -104,4 +104,24 @@ class StreamDecoder {
   size_t start_ = 0;
 };
 
+// Stop strings over streamed text (OpenAI's `stop`; the Python module's generate(stop=...)): push() text as it is decoded, take what may be sent.
+// Text that could be the start of a stop string is held back until it is known not to be one; at
+// a match the text before it is released and matched() turns true (the stop string is not part of
+// the output).
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  // Appends `piece` and returns the text that can be sent now.
+  std::string push(std::string_view piece);
+  // End of generation: the held-back text (no stop string can complete any more).
+  std::string flush();
+  bool matched() const { return matched_; }
+  const std::string& text() const { return text_; }  // everything released so far
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_, text_;
+  bool matched_ = false;
+};
+
 }  // namespace sinkq

@@ -672,7 +672,7 @@ py::object ppl(const PyModel& m, py::handle text_obj, py::handle file_obj, std::
   std::vector<int32_t> toks;
   interruptible([&] {
     if (use_file) {
-      toks = scoring_tokens(file, e.tokenizer());
+      toks = scoring_tokens(file, e.tokenizer(), windows.value_or(0) * ctx);
     } else {
       toks = scoring_tokens_of_text(text, e.tokenizer(), "the text");
     }

@@ -26,7 +26,9 @@ bool looks_like_jsonl(std::string_view text) {
 }  // namespace
 
 std::vector<std::string> read_documents(const std::string& path, std::string* format) {
-  const std::string text = read_text_file(path);
+  const std::string raw = read_file(path);
+  require_utf8(raw, fmt::format("calibration file '{}'", path));
+  const std::string text = lf_text(raw);
   SINKQ_CHECK(!text.empty(), "calibration file '{}' is empty", path);
   std::vector<std::string> docs;
   if (looks_like_jsonl(text)) {

@@ -172,7 +172,7 @@ void register_eval(CLI::App& app) {
     std::vector<std::vector<int32_t>> ppl_tokens;
     for (const auto& [name, file] : ppl_files) {
       try {
-        ppl_tokens.push_back(scoring_tokens(file, *pv.tokenizer));
+        ppl_tokens.push_back(scoring_tokens(file, *pv.tokenizer, o->ppl_windows * o->ppl_ctx));
         check_ppl_text(ppl_tokens.back(), ppl_options(*pv.tokenizer, o->ppl_ctx, protocol, o->ppl_windows));
       } catch (const Error& e) {
         throw Error(fmt::format("--ppl {}: {}", name, e.what()));

@@ -54,6 +54,7 @@ void register_generate(CLI::App& app) {
     const int64_t P = engine->prefix_size();
     const std::string prefix_name =
         engine->runtime() == Engine::Runtime::Packed ? "of the artifact" : "--prefix " + engine->recipe().prefix.spec;
+    require_utf8(o->prompt, "the prompt (-p)");
     const std::vector<int32_t> prompt = engine->encode_prompt(o->prompt);
     SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty{}: nothing to condition on",
                 P ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");

@@ -246,8 +246,8 @@ void register_ladder(CLI::App& app) {
                 "--ctx {} plus the {}-token prefix exceeds the model's max_position_embeddings ({}): use --ctx {} or less",
                 ctx, Pmax, max_pos, max_pos - Pmax);
 
-    const std::vector<int32_t> toks = scoring_tokens(o->file, *tok);
     PplOptions po = ppl_options(*tok, ctx, PplProtocol::Prefix, o->max_windows);
+    const std::vector<int32_t> toks = scoring_tokens(o->file, *tok, ppl_tokens_needed(po));
 
     // The one KLD reference: the fp model behind an fp [BOS].
     Forward ref(model, ctx);

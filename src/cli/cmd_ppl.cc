@@ -95,7 +95,10 @@ void register_ppl(CLI::App& app) {
     if (o->ctx > 0) check_ctx(o->ctx, pv.prefix_min);
     // Read before anything slow (calibration): a bad file fails at once.
     std::fprintf(stderr, "ppl: tokenizing %s\n", o->file.c_str());
-    const std::vector<int32_t> toks = scoring_tokens(o->file, *pv.tokenizer);
+    // With --max-windows, a large file is read only as far as those windows need (eval/ppl.h);
+    // the default --ctx is at most 2048.
+    const int64_t need = o->max_windows * (o->ctx > 0 ? o->ctx : std::min<int64_t>(2048, max_pos));
+    const std::vector<int32_t> toks = scoring_tokens(o->file, *pv.tokenizer, need);
     // A text too short for one window fails before calibration and the KV cache (a large --ctx
     // would allocate and fill gigabytes first).
     if (o->ctx > 0) check_ppl_text(toks, ppl_options(*pv.tokenizer, o->ctx, protocol, o->max_windows));

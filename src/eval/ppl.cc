@@ -215,11 +215,33 @@ PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOp
   return totals.result();
 }
 
-std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok) {
-  return scoring_tokens_of_text(read_file(path), tok, "'" + path + "'");
+int64_t ppl_tokens_needed(const PplOptions& opt) { return opt.max_windows > 0 ? opt.max_windows * opt.ctx : 0; }
+
+std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok, int64_t need, uint64_t whole_bytes) {
+  const MappedFile f = MappedFile::open(path);
+  const std::string what = "'" + path + "'";
+  const std::string_view all(reinterpret_cast<const char*>(f.data()), f.size());
+  constexpr int64_t kMargin = 256;  // tokens past `need`: the end of a prefix may tokenize differently
+  if (need > 0 && all.size() > whole_bytes) {
+    for (uint64_t budget = uint64_t(need) * 16 + (uint64_t(1) << 20); budget < all.size(); budget *= 4) {
+      const size_t cut = all.rfind('\n', budget);  // after a line end
+      if (cut == std::string_view::npos) break;     // no lines: only the whole text is safe to cut
+      const std::string_view prefix = all.substr(0, cut + 1);
+      std::vector<int32_t> toks = scoring_tokens_of_text(prefix, tok, what);
+      if (int64_t(toks.size()) >= need + kMargin) return toks;
+    }
+  }
+  // The whole file: its tokens and the tokenizer's pieces take ~24 bytes per byte of text.
+  const uint64_t est = uint64_t(all.size()) * 24, avail = mem_available_bytes();
+  SINKQ_CHECK(avail == 0 || est < avail,
+              "{} is {:.2f} GB of text: tokenizing all of it takes about {:.1f} GB (~24 bytes per byte), and {:.1f} GB "
+              "are available: score its first windows only (--max-windows N reads just the text they need)",
+              what, double(all.size()) / 1e9, double(est) / 1e9, double(avail) / 1e9);
+  return scoring_tokens_of_text(all, tok, what);
 }
 
 std::vector<int32_t> scoring_tokens_of_text(std::string_view in, const Tokenizer& tok, std::string_view what) {
+  require_utf8(in, what);
   const std::string text = lf_text(in);
   SINKQ_CHECK(!text.empty(), "{} is empty: no text to score", what);
   EncodeOptions raw;

@@ -103,9 +103,20 @@ class PplTotals {
 PplResult perplexity(Forward& fwd, const std::vector<int32_t>& toks, const PplOptions& opt,
                      Forward* reference = nullptr);
 
-// The text of `path` as every scoring command reads it: the whole file, tokenized raw (no BOS /
-// EOS added, special tokens not parsed: the protocols place [BOS] themselves). Error: an empty file.
-std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok);
+// The text of `path` as every scoring command reads it, tokenized raw (no BOS / EOS added, special
+// tokens not parsed: the protocols place [BOS] themselves). Errors: an empty file, text that is not
+// UTF-8 (naming the byte offset), and a file too large to tokenize whole in the memory available
+// (~24 bytes per byte of text), before any of it is read.
+// need > 0 (the tokens the windows asked for use, ppl_tokens_needed): a file over `whole_bytes`
+// is read from its start only as far as those tokens need, with a margin (a prefix cut after a
+// line end, grown 4x until it holds need + 256 tokens), so that the first windows of a 2 GB file
+// score in bounded memory. Tokenization is local: the tokens of a prefix cut after a line end equal the
+// whole text's up to the last few before the cut, which the margin keeps out of the windows
+// (tested against the whole file). Smaller files are read whole, as before.
+std::vector<int32_t> scoring_tokens(const std::string& path, const Tokenizer& tok, int64_t need = 0,
+                                    uint64_t whole_bytes = uint64_t(64) << 20);
+// The tokens the first opt.max_windows windows take at most (0: all of the text is needed).
+int64_t ppl_tokens_needed(const PplOptions& opt);
 // The same for text in memory (CRLF read as LF, as from a file); `what` names it in the error.
 std::vector<int32_t> scoring_tokens_of_text(std::string_view text, const Tokenizer& tok, std::string_view what);
 // The options of a protocol for this tokenizer (its BOS id and add_bos).

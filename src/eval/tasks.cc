@@ -217,7 +217,9 @@ McItem parse_mc_item(McTask task, const nlohmann::json& rec, const std::string& 
 
 std::vector<McItem> load_mc_task(const McTaskInfo& t, const std::string& data_dir, int64_t limit) {
   const std::string path = data_dir + "/" + t.dir + "/test.json";
-  const std::string text = read_text_file(path);
+  const std::string raw = read_file(path);
+  require_utf8(raw, path);
+  const std::string text = lf_text(raw);
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -18,8 +18,10 @@
 //   (rope.dimension_count ≠ head_dim) and unknown tensors are errors naming the key or tensor.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -53,17 +55,31 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
   const ArchInfo ai = arch_info(g, arch);
   auto key = [&arch](const char* k) { return arch + "." + k; };
+  // A count the model is sized by, named by its GGUF key when it is out of range (before anything
+  // is allocated from it: a block_count of 10^9 was a bare "out of memory").
+  auto count = [&](const char* k, int64_t hi, const std::string& why) {
+    const int64_t v = g.get_int(key(k));
+    SINKQ_CHECK(v >= 1 && v <= hi, "{}: {} = {} is out of range 1..{}{}", g.path(), key(k), v, hi, why);
+    return v;
+  };
+  constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
+  int64_t layers_in_file = 0;  // blk.N.* tensors: N + 1 at most
+  for (const GgufTensor& t : g.tensors()) layers_in_file = std::max<int64_t>(layers_in_file, tensor_layer(t.name) + 1);
   json c;
   c["architectures"] = json::array({ai.hf_name});
   c["model_type"] = arch;
   c["hidden_act"] = "silu";
-  const int64_t hidden = g.get_int(key("embedding_length"));
-  const int64_t heads = g.get_int(key("attention.head_count"));
+  const int64_t hidden = count("embedding_length", kIntMax, "");
+  const int64_t heads = count("attention.head_count", hidden, " (at most embedding_length)");
   c["hidden_size"] = hidden;
-  c["intermediate_size"] = g.get_int(key("feed_forward_length"));
-  c["num_hidden_layers"] = g.get_int(key("block_count"));
+  c["intermediate_size"] = count("feed_forward_length", kIntMax, "");
+  c["num_hidden_layers"] =
+      count("block_count", layers_in_file,
+            fmt::format(": the file holds tensors of {} layer{}", layers_in_file, layers_in_file == 1 ? "" : "s"));
   c["num_attention_heads"] = heads;
-  c["num_key_value_heads"] = g.has(key("attention.head_count_kv")) ? g.get_int(key("attention.head_count_kv")) : heads;
+  c["num_key_value_heads"] = g.has(key("attention.head_count_kv")) ? count("attention.head_count_kv", heads, " (at most "
+                                                                           "attention.head_count)")
+                                                                     : heads;
   SINKQ_CHECK(heads > 0 && hidden > 0, "{}: {} = {} and {} = {} must be positive", g.path(),
               key("attention.head_count"), heads, key("embedding_length"), hidden);
   const int64_t head_dim = g.has(key("attention.key_length")) ? g.get_int(key("attention.key_length")) : hidden / heads;
@@ -75,7 +91,7 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
                 "rotary embeddings are not supported", g.path(), key("rope.dimension_count"),
                 g.get_int(key("rope.dimension_count")), head_dim);
   c["head_dim"] = head_dim;
-  c["max_position_embeddings"] = g.get_int(key("context_length"));
+  c["max_position_embeddings"] = count("context_length", kIntMax, "");
   c["rms_norm_eps"] = g.get_float(key("attention.layer_norm_rms_epsilon"));
   c["rope_theta"] = g.has(key("rope.freq_base")) ? g.get_float(key("rope.freq_base")) : 10000.0;
   if (g.has(key("rope.scaling.type"))) {

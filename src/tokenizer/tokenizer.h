@@ -85,6 +85,10 @@ class Tokenizer {
   virtual std::string chat_template() const { return {}; }
 };
 
+// Text from outside (a file, a prompt) must be UTF-8: error naming `what`, the byte offset of the
+// first invalid sequence, its bytes, and its line and column (1-based; bytes in the line).
+void require_utf8(std::string_view text, std::string_view what);
+
 // Streams text token by token: keeps incomplete UTF-8 bytes (from byte fallback / byte-level
 // tokens) until they complete; handles the SentencePiece leading-space rule.
 class StreamDecoder {

@@ -1,9 +1,12 @@
 #include "tokenizer/utf8.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <vector>
 
 #include "core/error.h"
+#include "tokenizer/tokenizer.h"
 
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
@@ -207,3 +210,32 @@ std::string unicode_normalize(std::string_view s, NormForm form) {
 }
 
 }  // namespace sinkq::tok
+
+namespace sinkq {
+
+void require_utf8(std::string_view s, std::string_view what) {
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = uint8_t(s[i]);
+    if (c < 0x80) {
+      if (c == '\n') {
+        ++line;
+        line_start = i + 1;
+      }
+      ++i;
+      continue;
+    }
+    const size_t n = tok::utf8_valid_len(s, i);
+    if (n == 0) {
+      const size_t bad = tok::utf8_invalid_len(s, i);
+      std::string bytes;
+      for (size_t k = i; k < i + bad && k < s.size(); ++k) bytes += fmt::format("{}{:02x}", bytes.empty() ? "" : " ", uint8_t(s[k]));
+      fail("{}: not UTF-8 text: invalid byte{} {} at byte offset {} (line {}, column {}); convert it first, e.g. "
+           "iconv -f latin1 -t utf-8, or drop invalid bytes with iconv -c -t utf-8",
+           what, bad == 1 ? "" : "s", bytes, i, line, i - line_start + 1);
+    }
+    i += n;
+  }
+}
+
+}  // namespace sinkq

@@ -31,10 +31,11 @@ inline std::string quote(const std::string& s) {
   return q + "'";
 }
 
-// Runs `sinkq args...` with stdin closed; stdout and stderr captured whole.
-inline RunResult run(const std::vector<std::string>& args) {
+// Runs `sinkq args...` with stdin closed; stdout and stderr captured whole. `shell_prefix`: shell
+// commands before it (e.g. "ulimit -d 1048576;").
+inline RunResult run(const std::vector<std::string>& args, const std::string& shell_prefix = "") {
   testing::TempDir tmp;
-  std::string cmd = quote(SINKQ_BINARY);
+  std::string cmd = shell_prefix + quote(SINKQ_BINARY);
   for (const auto& a : args) {
     cmd.push_back(' ');  // not `" " + quote(a)`: GCC 12 warns falsely on it (-Wrestrict, PR 105329)
     cmd += quote(a);

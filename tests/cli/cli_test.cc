@@ -205,6 +205,58 @@ TEST(CliErrors, FolderOfGgufFilesNamesThem) {
   EXPECT_EQ(r.err.find("GGUF"), std::string::npos) << r.err;
 }
 
+// Text that is not UTF-8 — a text to score, a calibration file, a prompt — is an error naming the
+// byte offset, line and column (it was accepted silently).
+TEST(CliErrors, InvalidUtf8IsNamedByItsOffset) {
+  testing::TempDir tmp;
+  const std::string model = testing::shared_dir() + "/models/stories260K";
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Once upon a time there was a little dog.\n";
+  text += "caf\xe9 au lait\n";  // latin-1 'é' on line 41, column 4 (byte offset 40·41 + 3)
+  for (int i = 0; i < 40; ++i) text += "The end.\n";
+  std::ofstream(tmp.file("latin1.txt"), std::ios::binary) << text;
+  const std::string where = "invalid byte e9 at byte offset 1643 (line 41, column 4)";
+  expect_error(run({"ppl", "-m", model, "-f", tmp.file("latin1.txt"), "--ctx", "32"}), {"latin1.txt", where});
+  expect_error(run({"quantize", "-m", model, "--preset", "prefixquant-w4a4kv4", "--calib", tmp.file("latin1.txt"),
+                    "-o", tmp.file("a")}),
+               {"calibration file", where});
+  expect_error(run({"generate", "-m", model, "-p", "na\xc3\xafve \xff", "-n", "2"}),  // "naïve", then 0xff
+               {"the prompt (-p)", "invalid byte ff at byte offset 7"});
+  EXPECT_FALSE(fs::exists(tmp.file("a")));
+}
+
+// The first windows of a huge text score in bounded memory: a 64 GB file (sparse: 200 KB of text,
+// then NULs) with --max-windows reads only the text those windows need, under a 1 GiB data limit
+// (tokenized whole it would take ~24 bytes a byte); the windows equal those of the text alone.
+// Without --max-windows it is a clear error before anything is read.
+TEST(CliPpl, FirstWindowsOfAHugeFileInBoundedMemory) {
+  testing::TempDir tmp;
+  const std::string model = testing::shared_dir() + "/models/stories260K";
+  std::string text;
+  for (int i = 0; text.size() < 200'000; ++i) text += fmt::format("Line {}: once upon a time there was a dog.\n", i);
+  std::ofstream(tmp.file("small.txt"), std::ios::binary) << text;
+  {
+    std::ofstream f(tmp.file("huge.txt"), std::ios::binary);
+    f << text;
+  }
+  fs::resize_file(tmp.file("huge.txt"), uint64_t(64) << 30);  // a hole: no disk, reads as NULs
+  const std::vector<std::string> args{"--ctx", "64", "--max-windows", "4", "--json", "-m", model};
+  auto with = [&](const std::string& file) {
+    std::vector<std::string> a{"ppl", "-f", file};
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+  };
+  const RunResult huge = run(with(tmp.file("huge.txt")), "ulimit -d 1048576; ");
+  ASSERT_EQ(huge.rc, 0) << huge.err;
+  const RunResult small = run(with(tmp.file("small.txt")));
+  ASSERT_EQ(small.rc, 0) << small.err;
+  const auto h = nlohmann::json::parse(huge.out), s = nlohmann::json::parse(small.out);
+  EXPECT_EQ(h["window_nll"], s["window_nll"]);
+  EXPECT_EQ(h["ppl"], s["ppl"]);
+  expect_error(run({"ppl", "-f", tmp.file("huge.txt"), "--ctx", "64", "-m", model}),
+               {"huge.txt", "is 68.72 GB of text", "--max-windows"});
+}
+
 TEST(CliErrors, TruncatedSafetensors) {
   ModelCopy m;
   fs::resize_file(m.st(), 5000);

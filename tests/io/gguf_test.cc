@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/gguf.h"
+#include "io/weights.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -536,6 +537,52 @@ TEST(Gguf, SmolLM2File) {
   const GgufTensor* q = g->find("blk.0.attn_q.weight");
   ASSERT_NE(q, nullptr);
   EXPECT_EQ(ggml_type_name(q->type), "Q4_1");
+}
+
+}  // namespace
+}  // namespace sinkq
+
+namespace sinkq {
+namespace {
+
+// A one-layer llama GGUF whose metadata counts can be set: each count a model is sized by is
+// checked against the tensors in the file before anything is allocated, and the error names the
+// key (a block_count of 10^9 was a bare "out of memory": ~10^11 bytes of layer structs).
+std::string tiny_llama(uint64_t blocks, uint64_t ctx, uint64_t ffn = 8) {
+  Writer w;
+  w.string("general.architecture", "llama");
+  w.scalar<uint64_t>("llama.block_count", U64, blocks);
+  w.scalar<uint64_t>("llama.context_length", U64, ctx);
+  w.scalar<uint32_t>("llama.embedding_length", U32, 4);
+  w.scalar<uint64_t>("llama.feed_forward_length", U64, ffn);
+  w.scalar<uint32_t>("llama.attention.head_count", U32, 2);
+  w.scalar<float>("llama.attention.layer_norm_rms_epsilon", F32, 1e-5f);
+  auto t = [&](const std::string& name, std::vector<uint64_t> ne) {
+    uint64_t n = 1;
+    for (uint64_t d : ne) n *= d;
+    w.tensor(name, ne, 0, f32_bytes(std::vector<float>(n, 0.5f)));
+  };
+  t("token_embd.weight", {4, 16});
+  t("output_norm.weight", {4});
+  t("blk.0.attn_norm.weight", {4});
+  t("blk.0.ffn_norm.weight", {4});
+  for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_output"}) t(std::string("blk.0.") + n + ".weight", {4, 4});
+  t("blk.0.ffn_gate.weight", {4, 8});
+  t("blk.0.ffn_up.weight", {4, 8});
+  t("blk.0.ffn_down.weight", {8, 4});
+  return w.bytes();
+}
+
+TEST(GgufModel, CountsAreCheckedAgainstTheFileBeforeAllocating) {
+  Files f;
+  auto err = [&](const std::string& bytes) { return testing::error_of([&] { ModelFiles::load_gguf(f.write(bytes)); }); };
+  EXPECT_NO_THROW(ModelFiles::load_gguf(f.write(tiny_llama(1, 64))));  // the sane file loads
+  EXPECT_THAT(err(tiny_llama(1'000'000'000, 64)),
+              AllOf(HasSubstr("llama.block_count = 1000000000"), HasSubstr("tensors of 1 layer")));
+  EXPECT_THAT(err(tiny_llama(2, 64)), HasSubstr("llama.block_count = 2"));
+  EXPECT_THAT(err(tiny_llama(uint64_t(1) << 62, 64)), HasSubstr("llama.block_count"));
+  EXPECT_THAT(err(tiny_llama(1, uint64_t(1) << 40)), HasSubstr("llama.context_length"));
+  EXPECT_THAT(err(tiny_llama(1, 64, uint64_t(1) << 40)), HasSubstr("feed_forward_length"));
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ void register_eval(CLI::App& app) {
       ->check(decimal_in(0, INT32_MAX));
   cmd->add_option("--data", o->data, "The commonsense data directory (LLM-Adapters layout: <task>/test.json)")
       ->capture_default_str();
-  cmd->add_option("--ctx", o->ctx, "Positions of the session (default: min(2048, what the model leaves after its prefix))")
+  cmd->add_option("-c,--ctx,--ctx-size", o->ctx, "Positions of the session (default: min(2048, what the model leaves after its prefix))")
       ->check(decimal_in(2, INT32_MAX));
   cmd->add_flag("--samples", o->samples, "With --json: every item's log-likelihoods, prediction and gold");
   cmd->add_option("--ppl", o->ppl, "Also perplexity of text files, NAME=FILE (comma-separated or repeated)")

@@ -33,8 +33,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--temp", o->s.temperature, "Sampling temperature; 0 = greedy")->capture_default_str();
   cmd->add_option("--top-k", o->s.top_k, "Keep the K most likely tokens (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", o->s.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", o->s.seed, "Random seed")->capture_default_str()->check(decimal_u64());
-  cmd->add_option("--ctx", o->ctx, "KV cache size in tokens (default: prompt + n)")->check(decimal_in(1, INT32_MAX));
+  cmd->add_option("-s,--seed", o->s.seed, "Random seed")->capture_default_str()->check(decimal_u64());
+  cmd->add_option("-c,--ctx,--ctx-size", o->ctx, "KV cache size in tokens (default: prompt + n)")->check(decimal_in(1, INT32_MAX));
   cmd->add_flag("--stop-on-bos", o->stop_on_bos,
                 "Also stop when the model predicts BOS (llama2.c-trained models such as stories260K end stories that way)");
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);

@@ -168,7 +168,7 @@ void register_ladder(CLI::App& app) {
   cmd->add_option("--calib", o->calib, "Calibration text (jsonl with \"text\", or plain text)")->required();
   cmd->add_option("--bits", o->bits, "Table 6 bit widths: w4a4kv4 | w4a8kv4 | w8a8kv8 (Table 2 uses its A and KV bits)")
       ->capture_default_str();
-  cmd->add_option("--ctx", o->ctx, "Window length (default: min(2048, max_position_embeddings - prefix length))")
+  cmd->add_option("-c,--ctx,--ctx-size", o->ctx, "Window length (default: min(2048, max_position_embeddings - prefix length))")
       ->check(decimal_in(2, INT32_MAX));
   cmd->add_option("--max-windows", o->max_windows, "Score at most K windows (0 = all)")
       ->capture_default_str()

@@ -42,8 +42,8 @@ void register_ppl(CLI::App& app) {
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("ppl", "Perplexity of a text file over non-overlapping windows");
   add_model_flag(*cmd, *o);
-  cmd->add_option("-f,--file", o->file, "Text file (UTF-8; CRLF is read as LF); tokenized once, whole")->required();
-  cmd->add_option("--ctx", o->ctx,
+  cmd->add_option("-f,--file", o->file, "Text file (UTF-8; CRLF is read as LF); with --max-windows a large one is read only as far as they need")->required();
+  cmd->add_option("-c,--ctx,--ctx-size", o->ctx,
                   "Window length in tokens (default: min(2048, max_position_embeddings - prefix length))")
       ->check(decimal_in(2, INT32_MAX));
   cmd->add_option("--protocol", o->protocol,

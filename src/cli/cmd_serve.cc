@@ -36,7 +36,7 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--port", o->s.port, "Port (0: any free port, printed at start)")->capture_default_str()->check(decimal_in(0, 65535));
   cmd->add_option("--parallel", o->s.parallel, "Requests computed at once (a session and KV cache each; weights shared)")
       ->capture_default_str()->check(decimal_in(1, 256));
-  cmd->add_option("--ctx", o->s.ctx, "Positions per session after the model's prefix (default: min(2048, the model's))")
+  cmd->add_option("-c,--ctx,--ctx-size", o->s.ctx, "Positions per session after the model's prefix (default: min(2048, the model's))")
       ->check(decimal_in(1, INT32_MAX));
   cmd->add_flag("--no-batch", o->no_batch,
                 "With --parallel > 1: step each session alone instead of batching the decode steps of the sessions "

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -22,7 +23,7 @@ CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required) {
 
 void add_output_flags(CLI::App& cmd, CommonFlags& f) {
   cmd.add_flag("--json", f.json, "Print one JSON document on stdout instead of text");
-  cmd.add_option("--threads", f.threads, "Worker threads (default: SINKQ_THREADS or all cores)")
+  cmd.add_option("-t,--threads", f.threads, "Worker threads (default: SINKQ_THREADS or all cores)")
       ->check(decimal_in(1, 1024));
 }
 
@@ -70,15 +71,40 @@ void print_json(const nlohmann::json& j) {
   std::fflush(stdout);
 }
 
+// "42 s", "3 m 05 s", "1 h 02 m".
+std::string human_seconds(double s) {
+  if (!(s >= 0) || !std::isfinite(s)) return "?";
+  if (s < 10) return fmt::format("{:.1f} s", s);
+  if (s < 60) return fmt::format("{:.0f} s", s);
+  if (s < 3600) return fmt::format("{} m {:02d} s", int64_t(s) / 60, int(int64_t(s) % 60));
+  return fmt::format("{} h {:02d} m", int64_t(s) / 3600, int(int64_t(s) % 3600 / 60));
+}
+
 void progress(const std::string& what, int64_t done, int64_t total, const std::string& extra) {
+  using clock_type = std::chrono::steady_clock;
   static const bool tty = ::isatty(2);
-  static auto last = std::chrono::steady_clock::now() - std::chrono::hours(1);
-  const auto now = std::chrono::steady_clock::now();
+  static auto last = clock_type::now() - std::chrono::hours(1);
+  // The stage: its first report starts the clock (a new `what`, or a count that went back).
+  static std::string stage;
+  static int64_t first_done = 0, prev_done = 0;
+  static clock_type::time_point start;
+  const auto now = clock_type::now();
+  if (what != stage || done < prev_done) {
+    stage = what;
+    first_done = done;
+    start = now;
+  }
+  prev_done = done;
   const bool final = done >= total;
   if (!final && now - last < std::chrono::milliseconds(tty ? 100 : 2000)) return;
   last = now;
-  std::fprintf(stderr, "%s%s %lld/%lld%s%s", tty ? "\r" : "", what.c_str(), (long long)done,
-               (long long)total, extra.empty() ? "" : "  ", extra.c_str());
+  // Elapsed since the stage's first report; the rest at the rate since then.
+  const double el = std::chrono::duration<double>(now - start).count();
+  std::string timing = fmt::format("{} elapsed", human_seconds(el));
+  if (!final && done > first_done && el > 0)
+    timing += ", ETA " + human_seconds(el / double(done - first_done) * double(total - done));
+  std::fprintf(stderr, "%s%s %lld/%lld  [%s]%s%s%s", tty ? "\r" : "", what.c_str(), (long long)done, (long long)total,
+               timing.c_str(), extra.empty() ? "" : "  ", extra.c_str(), tty ? "\x1b[K" : "");
   if (!tty || final) std::fputc('\n', stderr);
   std::fflush(stderr);
 }

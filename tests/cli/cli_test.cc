@@ -257,6 +257,28 @@ TEST(CliPpl, FirstWindowsOfAHugeFileInBoundedMemory) {
                {"huge.txt", "is 68.72 GB of text", "--max-windows"});
 }
 
+// llama.cpp's short flags where sinkq has the option (-c/--ctx-size, -t, -s) give what the long
+// ones give; progress lines carry the elapsed time and, past the first report, an ETA.
+TEST(CliFlags, LlamaCppAliasesAndProgressTiming) {
+  const std::string model = testing::shared_dir() + "/models/stories260K";
+  const std::string text = testing::shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt";
+  const RunResult a = run({"ppl", "-m", model, "-f", text, "-c", "64", "-t", "1", "--max-windows", "3", "--json"});
+  const RunResult b = run({"ppl", "-m", model, "-f", text, "--ctx-size", "64", "--threads", "1", "--max-windows", "3", "--json"});
+  const RunResult c = run({"ppl", "-m", model, "-f", text, "--ctx", "64", "--threads", "1", "--max-windows", "3", "--json"});
+  ASSERT_EQ(a.rc, 0) << a.err;
+  ASSERT_EQ(b.rc, 0) << b.err;
+  ASSERT_EQ(c.rc, 0) << c.err;
+  EXPECT_EQ(json::parse(a.out)["window_nll"], json::parse(c.out)["window_nll"]);
+  EXPECT_EQ(json::parse(b.out)["window_nll"], json::parse(c.out)["window_nll"]);
+  EXPECT_EQ(json::parse(a.out)["ctx"], 64);
+  EXPECT_NE(a.err.find("ppl: window 3/3  ["), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find(" s elapsed]"), std::string::npos) << a.err;
+  const RunResult g1 = run({"generate", "-m", model, "-p", "Once", "-n", "6", "--temp", "0.8", "-s", "7", "-c", "32"});
+  const RunResult g2 = run({"generate", "-m", model, "-p", "Once", "-n", "6", "--temp", "0.8", "--seed", "7", "--ctx", "32"});
+  ASSERT_EQ(g1.rc, 0) << g1.err;
+  EXPECT_EQ(g1.out, g2.out);
+}
+
 TEST(CliErrors, TruncatedSafetensors) {
   ModelCopy m;
   fs::resize_file(m.st(), 5000);

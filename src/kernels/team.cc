@@ -44,6 +44,27 @@ struct Team {
 };
 
 thread_local Team* tl_team = nullptr;  // the team this thread owns while run_in_team's body runs
+thread_local bool tl_solo = false;     // run_in_team's body runs on the caller alone (the governor)
+
+// The governor: whether the team pays on this machine now, measured. A thread's run_in_team calls
+// (a decode step each, mostly) are timed; one call in 32 (calls 8, 40, 72, ...) runs the other way
+// — solo: every loop on the caller, no OpenMP region — as a probe. Each way keeps a moving average
+// of its calls' wall time (weight 0.2; a probe replaces the other way's: what it measured before
+// may be long gone). The thread goes solo when solo is under half the team's time, and back to
+// the team when the team is 15% ahead: a team's worker that loses its core mid-loop stalls every
+// loop until it gets it back (a SmolLM2 fp32 decode step beside a 2-job build: 630 ms at 2 threads,
+// 87 at 1), while beside two busy loops the team still wins (46 vs 57 ms) and a symmetric 15% rule,
+// fooled by noisy solo probes, made it 63-70. Idle, the probes cost ~2% (solo 42 vs team 25 ms, 1
+// call in 32). Results are the same bits either way (the loops' items do not depend on the split).
+// Per thread: each server session, the batcher and each Python call decide alone.
+struct Governor {
+  double team_ns = -1, solo_ns = -1;  // moving averages of a call's wall time (-1: none yet)
+  bool solo = false;                  // the way preferred now
+  uint64_t calls = 0, team_calls = 0, solo_calls = 0;
+};
+thread_local Governor tl_governor;
+
+EnvSwitch g_governor("SINKQ_TEAM_GOVERNOR");
 
 EnvSwitch g_team("SINKQ_TEAM");
 
@@ -137,6 +158,10 @@ namespace detail {
 bool in_team() { return tl_team != nullptr; }
 
 bool team_dispatch(int nt, TeamFn fn, void* ctx) {
+  if (tl_solo) {  // the governor sent this call solo: every loop on the caller
+    fn(ctx, 0, 1);
+    return true;
+  }
   Team* t = tl_team;
   if (!t) return false;
   const int n = std::min(nt, t->size);
@@ -154,6 +179,13 @@ bool team_dispatch(int nt, TeamFn fn, void* ctx) {
 
 void set_team_enabled(bool on) { g_team.set(on); }
 
+void set_team_governor_enabled(bool on) { g_governor.set(on); }
+
+TeamGovernorStats team_governor_stats() {
+  const Governor& g = tl_governor;
+  return {g.team_calls, g.solo_calls, g.solo, g.team_ns, g.solo_ns};
+}
+
 bool team_enabled() { return g_team.on(); }
 
 void run_in_team(int nt, void (*body)(void*), void* ctx) {
@@ -163,6 +195,33 @@ void run_in_team(int nt, void (*body)(void*), void* ctx) {
     return;
   }
   spin_ns();  // reads and checks SINKQ_SPIN_US here, where an error can reach the caller
+  Governor& gov = tl_governor;
+  const bool governed = g_governor.on();
+  const bool probe = governed && ++gov.calls % 32 == 8;
+  const bool solo = governed && gov.solo != probe;
+  const auto t0 = std::chrono::steady_clock::now();
+  // A call's wall time into its way's average, then the verdict (the thresholds: see Governor).
+  auto measured = [&] {
+    const double dt =
+        double(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+    double& avg = solo ? gov.solo_ns : gov.team_ns;
+    avg = avg < 0 || probe ? dt : avg + 0.2 * (dt - avg);
+    if (gov.team_ns >= 0 && gov.solo_ns >= 0) {
+      if (!gov.solo && gov.solo_ns < 0.5 * gov.team_ns) gov.solo = true;
+      else if (gov.solo && gov.team_ns < 0.85 * gov.solo_ns) gov.solo = false;
+    }
+  };
+  if (solo) {
+    ++gov.solo_calls;
+    tl_solo = true;
+    struct Reset {
+      ~Reset() { tl_solo = false; }
+    } reset;
+    body(ctx);  // (a call that throws is not measured)
+    measured();
+    return;
+  }
+  if (governed) ++gov.team_calls;
   Team team;
   std::exception_ptr err;
 #pragma omp parallel num_threads(nt)
@@ -183,6 +242,7 @@ void run_in_team(int nt, void (*body)(void*), void* ctx) {
     }
   }
   if (err) std::rethrow_exception(err);
+  if (governed) measured();
 }
 
 }  // namespace sinkq

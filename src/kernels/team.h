@@ -83,6 +83,19 @@ void parallel_for(int nt, int64_t n, int64_t chunk, F&& fn) {
 void set_team_enabled(bool on);
 bool team_enabled();
 
+// The governor (team.cc): each thread times its run_in_team calls with the team and, one call in
+// 32, without (solo: its loops on the caller alone), and goes solo while that is under half the
+// team's time — a loaded host where the team's workers lose their core mid-loop. On by default;
+// SINKQ_TEAM_GOVERNOR=0 or set_team_governor_enabled(false) turns it off (benchmarks compare). Its
+// state on the calling thread, for tests and benchmarks.
+void set_team_governor_enabled(bool on);
+struct TeamGovernorStats {
+  uint64_t team_calls = 0, solo_calls = 0;
+  bool solo = false;                  // the way preferred now
+  double team_ns = -1, solo_ns = -1;  // the moving averages of a call's wall time
+};
+TeamGovernorStats team_governor_stats();
+
 // fn(begin, end) once per thread over contiguous ranges of [0, n) (as schedule(static): each thread
 // its own rows, e.g. to prefetch its next one), boundaries on multiples of `align`; a thread whose
 // range is empty is not called. Items must be independent (no thread's result depends on the split).

@@ -18,6 +18,10 @@
 namespace sinkq {
 namespace {
 
+// These tests look at where loops run: the governor (which may send a thread's calls solo, e.g. on
+// a loaded CI host) is off in this binary but for its own test.
+const bool kGovernorOff = (set_team_governor_enabled(false), true);
+
 // The threads one parallel_run(2, ...) ran on, and whether tid 0 was the calling thread.
 struct Ran {
   std::set<std::thread::id> threads;
@@ -65,6 +69,48 @@ TEST(Team, LoopsRunOnTheTeamsThreads) {
   // Outside a team the loop is an OpenMP region: still two threads.
   const Ran outside = run_two();
   EXPECT_EQ(outside.threads.size(), 2u);
+}
+
+// The governor times the two ways. A call is two items of 20 ms; its worker first sleeps `delay`
+// (a worker that lost its core). Delay 100 ms: the caller takes both items (40 ms) and waits for
+// the worker (100 ms), where solo takes 40 — under half: the solo probe on call 8 wins, and the
+// calls after it run solo. Delay 0: the team takes 20 ms to solo's 40 — the team probe on call 40
+// wins it back. (Sleeps, not CPU work, with 20 ms margins: a loaded host does not blur them.)
+TEST(Team, GovernorGoesSoloWhileTheTeamStalls) {
+  set_team_governor_enabled(true);
+  const TeamGovernorStats s0 = team_governor_stats();
+  ASSERT_EQ(s0.team_calls + s0.solo_calls, 0u) << "this thread's first governed calls";
+  std::set<std::thread::id> ran;  // the threads that took items in the last call
+  std::mutex mu;
+  auto call = [&](int delay_ms) {
+    ran.clear();
+    run_in_team(2, [&] {
+      std::atomic<int> next{0};
+      parallel_run(2, [&](int tid, int) {
+        if (tid == 1) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+        for (int i = next++; i < 2; i = next++) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          std::lock_guard<std::mutex> lock(mu);
+          ran.insert(std::this_thread::get_id());
+        }
+      });
+    });
+  };
+  for (int k = 1; k <= 7; ++k) call(100);
+  EXPECT_FALSE(team_governor_stats().solo);
+  call(100);  // call 8: the solo probe
+  EXPECT_EQ(ran.size(), 1u);
+  EXPECT_TRUE(team_governor_stats().solo) << "the solo probe took under half the team's time";
+  for (int k = 9; k <= 39; ++k) call(0);
+  EXPECT_EQ(ran.size(), 1u) << "the calls after it run solo";
+  call(0);  // call 40: the team probe
+  const TeamGovernorStats s = team_governor_stats();
+  EXPECT_FALSE(s.solo) << "team " << s.team_ns / 1e6 << " ms vs solo " << s.solo_ns / 1e6 << " ms";
+  call(0);
+  EXPECT_EQ(ran.size(), 2u);
+  EXPECT_EQ(s.team_calls, 8u);
+  EXPECT_EQ(s.solo_calls, 32u);
+  set_team_governor_enabled(false);
 }
 
 TEST(Team, ParallelForCoversEveryItemOnce) {

@@ -528,11 +528,28 @@ void Server::Impl::routes() {
       count_request("unknown", 408);
       return;
     }
-    const std::string msg = res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
-                            : res.status == 413 ? fmt::format("the request body exceeds {} bytes", opt.max_body_bytes)
-                                                : fmt::format("HTTP {}", res.status);
+    const std::string msg =
+        res.status == 404   ? fmt::format("no endpoint {} {}", req.method, req.path)
+        : res.status == 413 ? fmt::format("the request body exceeds {} bytes", opt.max_body_bytes)
+        : res.status == 414 ? "the request line is longer than 8 KiB"
+        : res.status == 400 ? "the request could not be parsed: a malformed request line, header or chunk, or a header "
+                              "line over 8 KiB"
+                            : fmt::format("HTTP {}", res.status);
+    // After a request httplib could not parse, where the next one starts is unknown: close.
+    if (res.status == 400 || res.status == 413 || res.status == 414) GuardedHttpServer::close_after_response();
     res.set_content(dump(error_body(ApiError(res.status, msg))), "application/json");
     count_request(res.status == 404 ? "unknown" : req.path, res.status);
+  });
+  // "Expect: 100-continue" with framing the server refuses (a Content-Length over the cap, ...):
+  // the refusal instead of "100 Continue", so the client does not send the body.
+  http.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    std::string msg;
+    const int status = GuardedHttpServer::framing_error(&msg);
+    if (status == 0) return 100;
+    res.status = status;
+    res.set_content(dump(error_body(ApiError(status, msg))), "application/json");
+    count_request(req.path, status);
+    return status;
   });
 
   // Runs a handler: ApiError → its status and error object; sinkq::Error from computing → 500

@@ -219,6 +219,24 @@ TEST(ServerConnections, FramingIsCheckedBeforeTheBody) {
     EXPECT_THAT(got, HasSubstr("not valid JSON"));
     EXPECT_LT(seconds_since(t0), 1.0);
   }
+  {  // "Expect: 100-continue" with a body over the cap: the 413 instead of "100 Continue"
+    Raw s(r.port);
+    s.send(post + "Content-Length: 999999\r\nExpect: 100-continue\r\n\r\n");
+    const std::string got = s.read_all(10);
+    EXPECT_EQ(status_of(got), 413) << got;
+    EXPECT_EQ(got.find("100 Continue"), std::string::npos) << got;
+  }
+  {  // unparseable bytes: a 400 that says so, and the connection closes (where would the next start?)
+    Raw s(r.port);
+    const auto t0 = clock_type::now();
+    s.send(std::string("\x01\x02garbage\r\n\r\n"));
+    bool closed = false;
+    const std::string got = s.read_all(10, &closed);
+    EXPECT_EQ(status_of(got), 400) << got;
+    EXPECT_THAT(got, HasSubstr("could not be parsed"));
+    EXPECT_TRUE(closed);
+    EXPECT_LT(seconds_since(t0), 1.0);
+  }
   {  // a GET with a body that is itself a request: one response, then the connection closes
     Raw s(r.port);
     const std::string inner = "GET /nowhere HTTP/1.1\r\n\r\n";

@@ -460,6 +460,9 @@ import json, os, signal, sys, threading, time
 import numpy as np
 import sinkq
 smol, c4, wiki, tmp, recipe = sys.argv[1:6]
+# A process started in the background by a non-interactive shell (as CI may start this one)
+# inherits SIGINT ignored, and Python then installs no handler: Ctrl-C would not reach it at all.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 m = sinkq.load(smol)
 ids = m.tokenize("The history of the city begins with a small village by the river. " * 80)[:1000]
 probe = m.logits(ids[:8])

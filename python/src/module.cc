@@ -348,9 +348,11 @@ class Generation {
       InterruptScope scope(&st->interrupt);  // close() during a long prefill stops it between layers
       GenerateResult r;
       std::exception_ptr err;
+      std::vector<int32_t> seen;  // every id the callback got: what generate() would have returned
       try {
         // A generic lambda: OnToken's (id) or (id, logprob) form alike.
-        r = session->generate(prompt, go, [&st](int32_t id, const auto*...) {
+        r = session->generate(prompt, go, [&st, &seen](int32_t id, const auto*...) {
+          seen.push_back(id);
           std::unique_lock lk(st->mu);
           st->space.wait(lk, [&] { return st->cancel || st->q.size() < kQueueMax; });
           if (st->cancel) return false;
@@ -359,7 +361,10 @@ class Generation {
           return true;
         });
       } catch (const Interrupted&) {
-        r.cancelled = true;  // closed during the prefill: the end a closed generation has
+        // close() while a step computed (the flag stops it between layers): the end a closed
+        // generation has — cancelled, with the ids generated until then.
+        r.generated = seen;
+        r.cancelled = true;
       } catch (...) {
         err = std::current_exception();
       }

@@ -33,9 +33,10 @@ struct ConnState {
 };
 thread_local ConnState* tl_conn = nullptr;
 
-clock_type::time_point after(double seconds) {
-  return clock_type::now() + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
+clock_type::time_point plus(clock_type::time_point t, double seconds) {
+  return t + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(seconds));
 }
+clock_type::time_point after(double seconds) { return plus(clock_type::now(), seconds); }
 
 // Waits for `events` on the socket until `until`, in slices of 100 ms so that a stopping server
 // (`svr` closed, when given) is seen. 1: ready (or an error the next call will report), 0: timed
@@ -342,14 +343,12 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
     const auto start = clock_type::now();
     st.expired = st.close_after = false;
     st.framing_status = 0;
-    strm.set_deadline(start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(limits_.header_timeout_s)),
-                      "header", limits_.header_timeout_s);
+    strm.set_deadline(plus(start, limits_.header_timeout_s), "header", limits_.header_timeout_s);
     bool closed = false;
     strm.start_request();
     ret = process_request(strm, k + 1 == limits_.keep_alive_max, closed, [&](httplib::Request& req) {
       // The head is in: the body has until the request's deadline.
-      strm.set_deadline(start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(limits_.request_timeout_s)),
-                        "request", limits_.request_timeout_s);
+      strm.set_deadline(plus(start, limits_.request_timeout_s), "request", limits_.request_timeout_s);
       check_framing(req, payload_max_length_, st);
     });
     if (st.expired) {

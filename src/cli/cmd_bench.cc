@@ -348,7 +348,7 @@ void register_bench(CLI::App& app) {
       Result r;
       r.name = q.name;
       if (q.fp) {
-        r.describe = "fp32 compute, " + std::string(dtype_name(model->weights().layers[0].wq.dtype)) + " weights";
+        r.describe = "fp32 compute, " + std::string(dtype_name(model->weights().layers[0].mat(LinearRole::Q).dtype)) + " weights";
         r.t = base;
         if (!o->no_profile) {
           std::fprintf(stderr, "bench: fp32: profile\n");
@@ -415,7 +415,7 @@ void register_bench(CLI::App& app) {
     nlohmann::json j = {
         {"model", name}, {"threads", num_threads()}, {"isa", isa_name(active_isa())},
         {"lowbit_isa", lowbit::kernel_isa_name()}, {"cpu", cpu_description()}, {"sgemm", sgemm_backend(active_isa())},
-        {"parameters", model->weights().parameter_count()},
+        {"parameters", model->weights().parameter_count(model->config())},
         {"prefill_tokens", o->prefill}, {"decode_tokens", o->decode}, {"reps", o->reps},
         {"prefill_tokens_per_s", base.prefill_tps}, {"decode_tokens_per_s", base.decode_tps},
         {"decode_ms_per_token", base.decode_ms}, {"decode_weight_bytes", wbytes},
@@ -457,7 +457,7 @@ void register_bench(CLI::App& app) {
       return;
     }
     fmt::print("model {}  ({} params, {} threads, {} kernels, lowbit {})\nhost: {}; sgemm: {}\n", name,
-               model->weights().parameter_count(), num_threads(), isa_name(active_isa()), lowbit::kernel_isa_name(),
+               model->weights().parameter_count(model->config()), num_threads(), isa_name(active_isa()), lowbit::kernel_isa_name(),
                cpu_description(), sgemm_backend(active_isa()));
     fmt::print("prefill {:>5} tokens: {:10.1f} tok/s (median of {})\n", o->prefill, base.prefill_tps, o->reps);
     fmt::print("decode  {:>5} tokens: {:10.2f} tok/s  {:.2f} ms/token (median)\n", o->decode, base.decode_tps,

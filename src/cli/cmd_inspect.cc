@@ -44,7 +44,7 @@ void register_inspect(CLI::App& app) {
     const std::string note = gguf ? "GGUF: weights dequantized to fp32 at load (the full-precision model is the "
                                     "dequantized one); dtypes below are the file's" : "";
     if (f->json) {
-      nlohmann::json j{{"model", f->model}, {"config", c.to_json()}, {"parameters", w.parameter_count()},
+      nlohmann::json j{{"model", f->model}, {"config", c.to_json()}, {"parameters", w.parameter_count(c)},
                        {"tensor_bytes", bytes}, {"tensors", tensors}, {"format", gguf ? "gguf" : "safetensors"}};
       if (gguf) j["note"] = note;
       print_json(j);
@@ -60,8 +60,30 @@ void register_inspect(CLI::App& app) {
     fmt::print("tied_embeddings {}  qkv_bias {}  sliding_window {}  bos {}  eos {}\n",
                c.tie_word_embeddings, c.qkv_bias, c.sliding_window, c.bos_token_id,
                c.eos_token_ids.empty() ? -1 : c.eos_token_ids[0]);
-    fmt::print("parameters   {} ({:.3f} M), {} tensor bytes\n", w.parameter_count(),
-               double(w.parameter_count()) / 1e6, bytes);
+    // The family's features (io/config.h LayerSpec) and the per-layer values.
+    const LayerSpec& sp = c.spec();
+    std::string feats;
+    auto add = [&](bool on, const std::string& what) {
+      if (on) feats += (feats.empty() ? "" : ", ") + what;
+    };
+    add(sp.qk_norm, "q/k norms");
+    add(sp.post_norms, "post-norms");
+    add(sp.norm_offset, "(1 + w) norms (folded)");
+    add(sp.act == Activation::GeluTanh, "GeGLU");
+    add(sp.embed_scale, "embeddings x sqrt(hidden)");
+    add(sp.fused_linears, "fused qkv / gate_up");
+    add(c.query_pre_attn_scalar > 0, fmt::format("score scale {}", c.attn_scale()));
+    add(c.attn_softcap > 0, fmt::format("attention soft-cap {}", c.attn_softcap));
+    add(c.final_softcap > 0, fmt::format("logit soft-cap {}", c.final_softcap));
+    add(c.rope_local_theta > 0, fmt::format("local RoPE base {} on windowed layers", c.rope_local_theta));
+    if (!c.layer_sliding.empty()) {
+      std::string ls;
+      for (int l = 0; l < c.num_layers; ++l) ls += c.window(l) ? 'W' : '.';
+      add(true, "windowed layers " + ls);
+    }
+    fmt::print("features     {}\n", feats.empty() ? "none beyond Llama's" : feats);
+    fmt::print("parameters   {} ({:.3f} M), {} tensor bytes\n", w.parameter_count(c),
+               double(w.parameter_count(c)) / 1e6, bytes);
     fmt::print("\n{:<56} {:<5} {}\n", "tensor", "dtype", "shape");
     for (const auto& [name, dtype, shape] : rows) fmt::print("{:<56} {:<5} {}\n", name, dtype, shape);
   });

@@ -1,4 +1,4 @@
-// sinkq/dist/mpi.cc — the MPI world (mpi.h).
+// sinkq/dist/mpi.cc — the MPI world (mpi.h), built when CMake finds MPI (mpi_none.cc otherwise).
 #include "dist/mpi.h"
 
 #include <fcntl.h>
@@ -23,14 +23,7 @@ namespace sinkq::dist {
 namespace {
 
 bool g_active = false;
-bool g_serving = false;
 int g_rank = 0, g_size = 1;
-
-bool launched_by_mpi() {
-  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(v)) return true;
-  return false;
-}
 
 // What must be equal on every rank: the executable's bytes and the arguments.
 uint64_t launch_fingerprint(int argc, char** argv) {
@@ -130,27 +123,12 @@ bool active() { return g_active; }
 int rank() { return g_rank; }
 int size() { return g_size; }
 
-double timeout_seconds() {
-  static const double t = [] {
-    const char* v = std::getenv("SINKQ_MPI_TIMEOUT");
-    if (!v || !*v) return 600.0;
-    char* end = nullptr;
-    const double s = std::strtod(v, &end);
-    if (end == v || *end || !(s > 0)) {
-      std::fprintf(stderr, "sinkq: error: SINKQ_MPI_TIMEOUT='%s' is not a positive number of seconds\n", v);
-      std::exit(1);
-    }
-    return s;
-  }();
-  return t;
-}
-
 void finish() {
   if (!g_active) return;
   // Each rank's share of the model and its peak memory (docs/scale.md), on stderr.
   std::fprintf(stderr, "sinkq (rank %d of %d): %s, peak RSS %.1f MiB\n", g_rank, g_size, stage_report().c_str(),
                double(peak_rss()) / (1 << 20));
-  if (g_rank == 0 && g_serving) {
+  if (g_rank == 0 && serving()) {
     try {
       stop_workers();
     } catch (const Error& e) {
@@ -233,8 +211,7 @@ int64_t sum_over_ranks(int64_t v) {
   return v;
 }
 
-void set_serving() { g_serving = true; }
-bool serving() { return g_serving; }
+bool built_with_mpi() { return true; }
 
 bool waiting(int src, int tag) {
   int flag = 0;

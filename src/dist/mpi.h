@@ -60,5 +60,10 @@ int64_t sum_over_ranks(int64_t v);
 // job ends without a stop message.
 void set_serving();
 bool serving();
+// Whether an MPI launcher started this process (OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK set).
+bool launched_by_mpi();
+// Whether this build has MPI (CMake: SINKQ_MPI, found MPI); without it every rank is alone and
+// mpirun with several ranks is refused by init().
+bool built_with_mpi();
 
 }  // namespace sinkq::dist

@@ -129,7 +129,7 @@ nlohmann::json quantize_artifact(const std::string& model_path, const std::strin
   const runtime::ArtifactInfo info = runtime::write_artifact(qm, model_path, out, wo);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  const double fp16 = 2.0 * double(model.weights().parameter_count());
+  const double fp16 = 2.0 * double(model.weights().parameter_count(model.config()));
   uint64_t tensors = 0;
   nlohmann::json files = nlohmann::json::object();
   for (const auto& [name, bytes] : info.files) {

@@ -112,7 +112,7 @@ class Observers {
     const ModelConfig& c = fwd_.model().config();
     const int64_t KV = c.kv_dim(), QD = c.q_dim(), hd = c.head_dim;
     const int heads = c.num_heads, group = c.num_heads / c.num_kv_heads;
-    const int64_t window = c.sliding_window;
+    const int64_t window = c.window(v.layer);
     std::vector<float>& K = k_rows_[size_t(v.layer)];
     const std::vector<float>& Q = q_buf_[size_t(v.layer)];
     SINKQ_ASSERT(v.features == KV && int64_t(Q.size()) == v.tokens * QD);
@@ -126,7 +126,9 @@ class Observers {
       if (K.size() < (p + 1) * size_t(KV)) K.resize((p + 1) * size_t(KV));
       std::copy(v.row(t), v.row(t) + KV, K.begin() + std::ptrdiff_t(p * size_t(KV)));
     }
-    const double scale = 1.0 / std::sqrt(double(hd));
+    // The forward's score scale (ModelConfig::attn_scale) and soft-cap, in double.
+    const double scale = 1.0 / std::sqrt(c.query_pre_attn_scalar > 0 ? double(c.query_pre_attn_scalar) : double(hd));
+    const double cap = double(c.attn_softcap);
     std::vector<double> prob;
     std::vector<double>& sum1 = att_sum_[size_t(v.layer)];
     std::vector<double>& sum4 = att4_sum_[size_t(v.layer)];
@@ -143,8 +145,9 @@ class Observers {
           const float* k = K.data() + j * KV + kvh * hd;
           double d = 0;
           for (int64_t e = 0; e < hd; ++e) d += double(q[e]) * double(k[e]);
-          prob[size_t(j - lo)] = d * scale;
-          mx = std::max(mx, d * scale);
+          const double sc = cap > 0 ? cap * std::tanh(d * scale / cap) : d * scale;
+          prob[size_t(j - lo)] = sc;
+          mx = std::max(mx, sc);
         }
         double z = 0;
         for (double& s : prob) z += (s = std::exp(s - mx));

@@ -1,12 +1,18 @@
 // sinkq/io/config.cc — HF config.json -> ModelConfig, following transformers' defaults.
 //
-// Defaults (transformers LlamaConfig / MistralConfig / Qwen2Config):
+// The family table (kFamilies) maps config.json's architectures[0] to an Arch and its LayerSpec.
+// Defaults (transformers LlamaConfig / MistralConfig / Qwen2Config / Qwen3Config / Gemma2Config /
+// Gemma3TextConfig / Phi3Config):
 //   num_key_value_heads = num_attention_heads (absent or null); head_dim = hidden / heads (absent
 //   or null); rms_norm_eps 1e-6; rope_theta 10000; tie_word_embeddings false; hidden_act silu.
 //   Mistral: sliding_window 4096 when the key is absent, none when null.
-//   Qwen2: sliding window only with use_sliding_window true, and then HF applies it to layers
-//   i >= max_window_layers (default 28). sinkq has one window for all layers, so it accepts
-//   max_window_layers == 0 (all layers) or >= num_hidden_layers (none) and rejects a mix.
+//   Qwen2 / Qwen3: sliding window only with use_sliding_window true, and then HF applies it to
+//   layers i >= max_window_layers (default 28), or as layer_types says.
+//   Gemma 2 / 3: head_dim 256, query_pre_attn_scalar = head_dim, sliding_window 4096 on the layers
+//   layer_types names (else layer i slides when (i + 1) % 2 (Gemma 2) / % 6 (Gemma 3) != 0),
+//   soft-caps absent = none; Gemma 3's sliding layers use rope_local_base_freq (10000), its full
+//   layers rope_theta (1e6) and rope_scaling — or rope_parameters.{sliding,full}_attention.
+//   Phi-3: sliding_window when written; partial_rotary_factor must be 1 (Phi-3 has full rotary).
 // Every error names the file (`source`) and the field.
 #include "io/config.h"
 
@@ -17,6 +23,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <algorithm>
 
 #include "core/error.h"
 #include "core/mmap.h"
@@ -27,7 +34,18 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr const char* kSupported = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM";
+// The family table: one row per architecture (io/config.h Family, LayerSpec).
+constexpr Family kFamilies[] = {
+    {Arch::Llama, "LlamaForCausalLM", "llama", "llama", {.gguf_permuted_qk = true}},
+    {Arch::Mistral, "MistralForCausalLM", "mistral", "llama", {.gguf_permuted_qk = true}},
+    {Arch::Qwen2, "Qwen2ForCausalLM", "qwen2", "qwen2", {}},
+    {Arch::Qwen3, "Qwen3ForCausalLM", "qwen3", "qwen3", {.qk_norm = true}},
+    {Arch::Gemma2, "Gemma2ForCausalLM", "gemma2", "gemma2",
+     {.post_norms = true, .norm_offset = true, .act = Activation::GeluTanh, .embed_scale = true}},
+    {Arch::Gemma3, "Gemma3ForCausalLM", "gemma3_text", "gemma3",
+     {.qk_norm = true, .post_norms = true, .norm_offset = true, .act = Activation::GeluTanh, .embed_scale = true}},
+    {Arch::Phi3, "Phi3ForCausalLM", "phi3", "phi3", {.fused_linears = true}},
+};
 
 // Field access with messages "<source>: field '<key>' ...". `obj` names the enclosing object for
 // nested fields (rope_scaling.factor).
@@ -140,7 +158,47 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src, const cha
 // A float as the shortest decimal that reads back to it (1e-05, not 9.999999747378752e-06).
 json decimal(float f) { return std::stod(fmt::format("{}", f)); }
 
+// HF layer_types ("sliding_attention" | "full_attention" per layer) as layer_sliding.
+std::vector<uint8_t> parse_layer_types(const Fields& f, int layers) {
+  const json& v = f.req("layer_types");
+  if (!v.is_array() || int(v.size()) != layers)
+    f.bad("layer_types", fmt::format("must list one type per layer ({}), got {}", layers, v.dump()));
+  std::vector<uint8_t> out;
+  for (const json& e : v) {
+    const std::string t = e.is_string() ? e.get<std::string>() : "";
+    if (t == "sliding_attention") out.push_back(1);
+    else if (t == "full_attention") out.push_back(0);
+    else f.bad("layer_types", fmt::format("holds {}; supported: \"sliding_attention\", \"full_attention\"", e.dump()));
+  }
+  return out;
+}
+
 }  // namespace
+
+const Family* family_of_hf(std::string_view architecture) {
+  for (const Family& f : kFamilies)
+    if (architecture == f.architecture) return &f;
+  return nullptr;
+}
+
+const Family* family_of_gguf(std::string_view gguf_arch) {
+  for (const Family& f : kFamilies)
+    if (gguf_arch == f.gguf) return &f;
+  return nullptr;
+}
+
+const Family& family(Arch a) {
+  for (const Family& f : kFamilies)
+    if (f.arch == a) return f;
+  SINKQ_ASSERT(false);
+  return kFamilies[0];
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const Family& f : kFamilies) out += fmt::format("{}{}", out.empty() ? "" : ", ", f.architecture);
+  return out;
+}
 
 ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (!j.is_object()) fail("{}: config must be a JSON object", src);
@@ -151,13 +209,25 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (!archs.is_array() || archs.empty() || !archs[0].is_string())
     f.bad("architectures", fmt::format("must be a non-empty list of names, got {}", archs.dump()));
   c.architecture = archs[0].get<std::string>();
-  if (c.architecture == "LlamaForCausalLM") c.arch = Arch::Llama;
-  else if (c.architecture == "MistralForCausalLM") c.arch = Arch::Mistral;
-  else if (c.architecture == "Qwen2ForCausalLM") c.arch = Arch::Qwen2;
-  else fail("unsupported architecture '{}' in {}: supported are {}", c.architecture, src, kSupported);
+  const Family* fam = family_of_hf(c.architecture);
+  if (!fam) {
+    if (c.architecture == "Gemma3ForConditionalGeneration")
+      fail("{}: architecture '{}' is Gemma 3 with its vision tower; sinkq runs the text model "
+           "(Gemma3ForCausalLM, model_type gemma3_text)", src, c.architecture);
+    fail("unsupported architecture '{}' in {}: supported are {}", c.architecture, src, supported_architectures());
+  }
+  c.arch = fam->arch;
+  const LayerSpec& spec = fam->spec;
 
-  const std::string act = f.string_or("hidden_act", "silu");
-  if (act != "silu") f.bad("hidden_act", fmt::format("is '{}'; only silu is supported", act));
+  // The activation: silu for the SwiGLU families, the tanh form of gelu for Gemma (HF reads
+  // hidden_activation there; gelu_pytorch_tanh and gelu_new are the same function).
+  const char* act_key = f.has("hidden_activation") ? "hidden_activation" : "hidden_act";
+  const std::string act = f.string_or(act_key, spec.act == Activation::Silu ? "silu" : "gelu_pytorch_tanh");
+  const bool act_ok = spec.act == Activation::Silu ? act == "silu"
+                                                   : act == "gelu_pytorch_tanh" || act == "gelu_new";
+  if (!act_ok)
+    f.bad(act_key, fmt::format("is '{}'; {} is supported for {}", act,
+                               spec.act == Activation::Silu ? "silu" : "gelu_pytorch_tanh", c.architecture));
 
   c.hidden_size = f.pos_int("hidden_size");
   c.intermediate_size = f.pos_int("intermediate_size");
@@ -184,13 +254,62 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   const bool has_params = f.has("rope_parameters");
   if (has_params && !j["rope_parameters"].is_object()) f.bad("rope_parameters", "must be an object");
   Fields rp{has_params ? j["rope_parameters"] : j, src, "rope_parameters."};
-  c.rope_theta = f.has("rope_theta") ? f.pos_float("rope_theta")
-                 : has_params        ? rp.pos_float_or("rope_theta", 10000.0f)
-                                     : 10000.0f;
-  if (f.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src, "rope_scaling");
-  else if (has_params) c.rope_scaling = parse_rope_scaling(j["rope_parameters"], src, "rope_parameters");
+  // Gemma 3 nests them per layer type: rope_parameters.{full_attention, sliding_attention}.
+  const bool per_type = has_params && j["rope_parameters"].contains("full_attention");
+  if (per_type) {
+    const json& full = j["rope_parameters"]["full_attention"];
+    Fields fp{full, src, "rope_parameters.full_attention."};
+    c.rope_theta = fp.pos_float_or("rope_theta", 10000.0f);
+    c.rope_scaling = parse_rope_scaling(full, src, "rope_parameters.full_attention");
+    if (j["rope_parameters"].contains("sliding_attention")) {
+      const json& loc = j["rope_parameters"]["sliding_attention"];
+      Fields fl{loc, src, "rope_parameters.sliding_attention."};
+      c.rope_local_theta = fl.pos_float_or("rope_theta", 10000.0f);
+      if (parse_rope_scaling(loc, src, "rope_parameters.sliding_attention").type != "none")
+        fail("{}: field 'rope_parameters.sliding_attention': RoPE scaling on the sliding layers is not supported", src);
+    }
+  } else {
+    c.rope_theta = f.has("rope_theta") ? f.pos_float("rope_theta")
+                   : has_params        ? rp.pos_float_or("rope_theta", 10000.0f)
+                                       : 10000.0f;
+    if (f.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src, "rope_scaling");
+    else if (has_params) c.rope_scaling = parse_rope_scaling(j["rope_parameters"], src, "rope_parameters");
+  }
+  if (f.has("partial_rotary_factor") && f.j["partial_rotary_factor"] != 1.0 && f.j["partial_rotary_factor"] != 1)
+    f.bad("partial_rotary_factor", fmt::format("is {}; partial rotary embeddings are not supported",
+                                               j["partial_rotary_factor"].dump()));
 
   c.tie_word_embeddings = f.boolean_or("tie_word_embeddings", false);
+  // Per family: biases, windows, the Gemma constants (transformers' defaults where a key is absent).
+  auto gemma = [&](int pattern) {
+    // Gemma 2 slides on every other layer from layer 0, Gemma 3 on 5 of every 6 (transformers:
+    // layer i slides when (i + 1) % pattern != 0); layer_types, when written, says it per layer.
+    c.sliding_window = f.pos_int_or("sliding_window", 4096);
+    if (f.has("layer_types")) {
+      c.layer_sliding = parse_layer_types(f, c.num_layers);
+    } else {
+      const int p = f.has("sliding_window_pattern") ? f.pos_int("sliding_window_pattern") : pattern;
+      for (int i = 0; i < c.num_layers; ++i) c.layer_sliding.push_back((i + 1) % p != 0);
+    }
+    c.query_pre_attn_scalar = f.pos_float_or("query_pre_attn_scalar", float(c.head_dim));
+    // Gemma 3 has the key but transformers' Gemma 3 attention never applies it (checked on 5.24):
+    // nor does sinkq.
+    if (f.has("attn_logit_softcapping") && c.arch == Arch::Gemma2) c.attn_softcap = f.pos_float("attn_logit_softcapping");
+    if (f.has("final_logit_softcapping")) c.final_softcap = f.pos_float("final_logit_softcapping");
+    if (f.boolean_or("attention_bias", false)) f.bad("attention_bias", "is true; Gemma biases are not supported");
+  };
+  // Qwen2 / Qwen3: a window only with use_sliding_window, on layers i >= max_window_layers.
+  auto qwen_window = [&] {
+    if (!f.boolean_or("use_sliding_window", false)) return;
+    c.sliding_window = f.pos_int_or("sliding_window", 4096);
+    if (f.has("layer_types")) {
+      c.layer_sliding = parse_layer_types(f, c.num_layers);
+      return;
+    }
+    const int from = f.has("max_window_layers") ? f.to_int("max_window_layers", j["max_window_layers"]) : 28;
+    if (from <= 0) return;  // every layer
+    for (int i = 0; i < c.num_layers; ++i) c.layer_sliding.push_back(i >= from);
+  };
   switch (c.arch) {
     case Arch::Llama:
       c.qkv_bias = f.boolean_or("attention_bias", false);
@@ -202,15 +321,32 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
       break;
     case Arch::Qwen2:
       c.qkv_bias = true;
-      if (f.boolean_or("use_sliding_window", false)) {
-        const int window = f.pos_int_or("sliding_window", 4096);
-        const int from = f.has("max_window_layers") ? f.to_int("max_window_layers", j["max_window_layers"]) : 28;
-        if (from <= 0) c.sliding_window = window;
-        else if (from < c.num_layers)
-          f.bad("max_window_layers", fmt::format("({}) gives a sliding window to only some of the {} "
-                                                 "layers, which is not supported", from, c.num_layers));
-      }
+      qwen_window();
       break;
+    case Arch::Qwen3:
+      c.qkv_bias = f.boolean_or("attention_bias", false);
+      qwen_window();
+      break;
+    case Arch::Gemma2: gemma(2); break;
+    case Arch::Gemma3: gemma(6); break;
+    case Arch::Phi3:
+      if (f.has("sliding_window")) c.sliding_window = f.pos_int("sliding_window");
+      break;
+  }
+  if (c.arch != Arch::Gemma3 && c.rope_local_theta > 0)
+    fail("{}: per-layer-type RoPE parameters are supported for Gemma 3 only", src);
+  if (c.arch == Arch::Gemma3) {
+    if (c.rope_local_theta == 0) c.rope_local_theta = f.pos_float_or("rope_local_base_freq", 10000.0f);
+    if (!f.has("rope_theta") && !per_type) c.rope_theta = 1000000.0f;  // Gemma3TextConfig's default
+  }
+  // A layer list that makes every layer alike is the plain form (from_json(to_json()) == *this).
+  if (!c.layer_sliding.empty() &&
+      std::all_of(c.layer_sliding.begin(), c.layer_sliding.end(), [](uint8_t s) { return s == 1; }))
+    c.layer_sliding.clear();
+  if (!c.layer_sliding.empty() &&
+      std::all_of(c.layer_sliding.begin(), c.layer_sliding.end(), [](uint8_t s) { return s == 0; })) {
+    c.layer_sliding.clear();
+    c.sliding_window = 0;
   }
 
   const auto bos = f.ids("bos_token_id", c.vocab_size);
@@ -219,6 +355,17 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   c.eos_token_ids = f.ids("eos_token_id", c.vocab_size);
   c.torch_dtype = f.string_or("torch_dtype", f.string_or("dtype", ""));
   return c;
+}
+
+RopeParams ModelConfig::rope_local() const {
+  RopeParams p = rope();
+  p.theta = rope_local_theta;
+  p.scaling = RopeScaling{};
+  return p;
+}
+
+float ModelConfig::attn_scale() const {
+  return float(1.0 / std::sqrt(query_pre_attn_scalar > 0 ? double(query_pre_attn_scalar) : double(head_dim)));
 }
 
 RopeParams ModelConfig::rope() const {
@@ -242,7 +389,7 @@ ModelConfig ModelConfig::load(const std::string& path) {
 json ModelConfig::to_json() const {
   json j;
   j["architectures"] = {architecture};
-  j["model_type"] = arch == Arch::Llama ? "llama" : arch == Arch::Mistral ? "mistral" : "qwen2";
+  j["model_type"] = family(arch).model_type;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
   j["num_hidden_layers"] = num_layers;
@@ -265,7 +412,20 @@ json ModelConfig::to_json() const {
     j["rope_scaling"] = rs;
   }
   j["tie_word_embeddings"] = tie_word_embeddings;
-  j["hidden_act"] = "silu";
+  j[spec().act == Activation::Silu ? "hidden_act" : "hidden_activation"] =
+      spec().act == Activation::Silu ? "silu" : "gelu_pytorch_tanh";
+  auto layer_types = [&] {
+    if (layer_sliding.empty()) return;
+    json t = json::array();
+    for (uint8_t s : layer_sliding) t.push_back(s ? "sliding_attention" : "full_attention");
+    j["layer_types"] = t;
+  };
+  auto qwen_window = [&] {
+    j["use_sliding_window"] = sliding_window > 0;
+    j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    j["max_window_layers"] = 0;  // the layers are in layer_types when not all
+    layer_types();
+  };
   switch (arch) {
     case Arch::Llama:
       // HF reads attention_bias as q/k/v *and* o_proj biases; sinkq has only q/k/v ones.
@@ -276,9 +436,28 @@ json ModelConfig::to_json() const {
       j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
       break;
     case Arch::Qwen2:
-      j["use_sliding_window"] = sliding_window > 0;
+      qwen_window();
+      break;
+    case Arch::Qwen3:
+      j["attention_bias"] = qkv_bias;
+      qwen_window();
+      break;
+    case Arch::Gemma2:
+    case Arch::Gemma3:
+      j["sliding_window"] = sliding_window > 0 ? sliding_window : 4096;
+      if (sliding_window > 0) {
+        layer_types();
+        if (layer_sliding.empty()) j["layer_types"] = std::vector<std::string>(size_t(num_layers), "sliding_attention");
+      } else {
+        j["layer_types"] = std::vector<std::string>(size_t(num_layers), "full_attention");
+      }
+      j["query_pre_attn_scalar"] = decimal(query_pre_attn_scalar);
+      j["attn_logit_softcapping"] = attn_softcap > 0 ? json(decimal(attn_softcap)) : json(nullptr);
+      j["final_logit_softcapping"] = final_softcap > 0 ? json(decimal(final_softcap)) : json(nullptr);
+      if (arch == Arch::Gemma3) j["rope_local_base_freq"] = decimal(rope_local_theta);
+      break;
+    case Arch::Phi3:
       j["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
-      j["max_window_layers"] = sliding_window > 0 ? 0 : num_layers;
       break;
   }
   j["bos_token_id"] = bos_token_id >= 0 ? json(bos_token_id) : json(nullptr);

@@ -13,9 +13,11 @@
 // - llama.cpp's converter permutes the rows of q and k per head so that RoPE pairs are adjacent
 //   (rotary dims (2i, 2i+1)); sinkq's RoPE is HF's rotate_half (pairs (i, i + d/2)). Within each
 //   head of d rows: GGUF row 2i + j  <->  HF row j·d/2 + i  (i < d/2, j ∈ {0, 1}).
-// - Architectures: `llama` (Llama, Mistral, SmolLM2 — llama.cpp writes them all as llama) and
-//   `qwen2` (q/k/v biases). Anything else, llama3-style `rope_freqs.weight`, partial rotary
-//   (rope.dimension_count ≠ head_dim) and unknown tensors are errors naming the key or tensor.
+// - Architectures: the family table's GGUF names (io/config.h kFamilies): `llama` (Llama, Mistral,
+//   SmolLM2 — llama.cpp writes them all as llama), `qwen2`, `qwen3`, `gemma2`, `gemma3`, `phi3`;
+//   tensor names from the layer schema (io/weights.h kLinearRoles, kVecRoles). Anything else,
+//   llama3-style `rope_freqs.weight`, partial rotary (rope.dimension_count ≠ head_dim) and unknown
+//   tensors are errors naming the key or tensor.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,22 +40,18 @@ namespace {
 
 using json = nlohmann::json;
 
-struct ArchInfo {
-  const char* hf_name;
-  bool qkv_bias;
-};
-
-ArchInfo arch_info(const GgufFile& g, const std::string& arch) {
-  if (arch == "llama") return {"LlamaForCausalLM", false};
-  if (arch == "qwen2") return {"Qwen2ForCausalLM", true};
-  fail("{}: general.architecture '{}' is not supported (supported: llama, qwen2)", g.path(), arch);
+// The family of general.architecture (io/config.h kFamilies; "llama" covers Mistral too).
+const Family& gguf_family(const GgufFile& g, const std::string& arch) {
+  if (const Family* f = family_of_gguf(arch)) return *f;
+  fail("{}: general.architecture '{}' is not supported (supported: llama, qwen2, qwen3, gemma2, gemma3, phi3)",
+       g.path(), arch);
 }
 
 }  // namespace
 
 ModelConfig model_config_from_gguf(const GgufFile& g) {
   const std::string arch = g.get_string("general.architecture");
-  const ArchInfo ai = arch_info(g, arch);
+  const Family& fam = gguf_family(g, arch);
   auto key = [&arch](const char* k) { return arch + "." + k; };
   // A count the model is sized by, named by its GGUF key when it is out of range (before anything
   // is allocated from it: a block_count of 10^9 was a bare "out of memory").
@@ -66,9 +64,8 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
   int64_t layers_in_file = 0;  // blk.N.* tensors: N + 1 at most
   for (const GgufTensor& t : g.tensors()) layers_in_file = std::max<int64_t>(layers_in_file, tensor_layer(t.name) + 1);
   json c;
-  c["architectures"] = json::array({ai.hf_name});
-  c["model_type"] = arch;
-  c["hidden_act"] = "silu";
+  c["architectures"] = json::array({fam.architecture});
+  c["model_type"] = fam.model_type;
   const int64_t hidden = count("embedding_length", kIntMax, "");
   const int64_t heads = count("attention.head_count", hidden, " (at most embedding_length)");
   c["hidden_size"] = hidden;
@@ -110,7 +107,25 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
               emb->shape_str());
   c["vocab_size"] = emb->ne[1];
   c["tie_word_embeddings"] = g.find("output.weight") == nullptr;
-  if (ai.qkv_bias) c["use_sliding_window"] = false;
+  if (fam.arch == Arch::Qwen2) c["attention_bias"] = true;
+  if (fam.arch == Arch::Qwen3) c["attention_bias"] = g.find("blk.0.attn_q.bias") != nullptr;
+  // Windows, soft-caps and the attention scale (llama.cpp's keys). Gemma 2 / 3 slide on the layers
+  // transformers' pattern names (llama.cpp hard-codes the same: every other / 5 of 6).
+  if (g.has(key("attention.sliding_window"))) c["sliding_window"] = g.get_int(key("attention.sliding_window"));
+  else if (fam.arch == Arch::Phi3 || fam.arch == Arch::Mistral) c["sliding_window"] = nullptr;
+  if (g.has(key("attn_logit_softcapping"))) c["attn_logit_softcapping"] = g.get_float(key("attn_logit_softcapping"));
+  if (g.has(key("final_logit_softcapping"))) c["final_logit_softcapping"] = g.get_float(key("final_logit_softcapping"));
+  if (fam.arch == Arch::Gemma2 || fam.arch == Arch::Gemma3) c["hidden_activation"] = "gelu_pytorch_tanh";
+  // llama.cpp scales Gemma's queries by 1/sqrt(key_length) unless the file says otherwise: the
+  // attention scale is head_dim's (query_pre_attn_scalar = head_dim); a file of a model whose
+  // query_pre_attn_scalar differs (Gemma 2 27B) states it in attention.scale.
+  if (g.has(key("attention.scale"))) {
+    const double sc = g.get_float(key("attention.scale"));
+    SINKQ_CHECK(sc > 0, "{}: {} = {} must be positive", g.path(), key("attention.scale"), sc);
+    c["query_pre_attn_scalar"] = 1.0 / (sc * sc);
+  }
+  if (fam.arch == Arch::Gemma3 && g.has(key("rope.freq_base_swa")))
+    c["rope_local_base_freq"] = g.get_float(key("rope.freq_base_swa"));
   if (g.has("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = g.get_int("tokenizer.ggml.bos_token_id");
   if (g.has("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = g.get_int("tokenizer.ggml.eos_token_id");
   c["torch_dtype"] = "float32";
@@ -144,6 +159,18 @@ class GgufLoader {
     std::vector<float> out(static_cast<size_t>(n));
     gguf_dequantize(t.type, t.data, out.data(), n, g_.path() + ": tensor '" + name + "'");
     return w_.own(std::move(out));
+  }
+  // Rows [r0, r0 + n) of the fp32 matrix `name` [total, cols] (a fused tensor's part): a view into
+  // the tensor, dequantized once for all its parts.
+  Mat rows(const std::string& name, int64_t total, int64_t cols, int64_t r0, int64_t n, std::string as) {
+    if (fused_name_ != name) {
+      fused_ = mat(name, total, cols);
+      fused_name_ = name;
+    }
+    Mat m{DType::F32, n, cols, nullptr, std::move(as)};
+    if (fused_.data)
+      m.data = static_cast<const float*>(fused_.data) + r0 * cols;
+    return m;
   }
   bool has(const std::string& name) const { return g_.find(name) != nullptr; }
   void reject_unused() const {
@@ -184,6 +211,8 @@ class GgufLoader {
   ModelWeights& w_;
   std::set<std::string> used_;
   bool skip_ = false;
+  Mat fused_;  // the last fused tensor rows() dequantized
+  std::string fused_name_;
 };
 
 }  // namespace
@@ -214,9 +243,10 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   GgufLoader ld(*g, w);
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
-  // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); qwen2
-  // files keep the HF order (rope type "neox" = rotate_half).
-  const bool permuted = cfg.arch != Arch::Qwen2;
+  // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); the others
+  // keep the HF order (rope type "neox" = rotate_half). Gemma's norms hold 1 + w already.
+  const LayerSpec& spec = cfg.spec();
+  const bool permuted = spec.gguf_permuted_qk;
   ld.skip_data(!range.holds_embed(N, cfg.tie_word_embeddings));
   w.embed = ld.mat("token_embd.weight", vocab, hidden);
   w.layers.resize(size_t(cfg.num_layers));
@@ -225,21 +255,28 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("blk.{}.", i);
     ld.skip_data(!range.holds(i, N));
-    L.attn_norm = ld.vec(p + "attn_norm.weight", hidden);
     for (const LinearRoleInfo& r : kLinearRoles) {
       // q / k rows un-permuted per head (llama.cpp's layout to rotate_half's); 0: as stored.
       const int heads = !permuted                    ? 0
                         : r.role == LinearRole::Q ? cfg.num_heads
                         : r.role == LinearRole::K ? cfg.num_kv_heads
                                                   : 0;
-      L.mat(int(r.role)) = ld.mat(p + r.gguf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg), heads);
+      const int64_t out = role_dim(r.out, cfg), in = role_dim(r.in, cfg);
+      // Phi-3: llama.cpp keeps the fused attn_qkv ([q; k; v] rows) and ffn_up ([gate; up] rows).
+      if (spec.fused_linears && (r.input == 0 || r.role == LinearRole::Gate || r.role == LinearRole::Up)) {
+        const bool qkv = r.input == 0;
+        const int64_t total = qkv ? cfg.q_dim() + 2 * cfg.kv_dim() : 2 * int64_t(cfg.intermediate_size);
+        const int64_t r0 = r.role == LinearRole::Q || r.role == LinearRole::Gate ? 0
+                           : r.role == LinearRole::K ? cfg.q_dim()
+                           : r.role == LinearRole::V ? cfg.q_dim() + cfg.kv_dim()
+                                                     : cfg.intermediate_size;
+        L.mat(r.role) = ld.rows(p + (qkv ? "attn_qkv.weight" : "ffn_up.weight"), total, in, r0, out, p + r.gguf + ".weight");
+        continue;
+      }
+      L.mat(r.role) = ld.mat(p + r.gguf + ".weight", out, in, heads);
     }
-    if (cfg.qkv_bias) {
-      L.bq = ld.vec(p + "attn_q.bias", q_dim);
-      L.bk = ld.vec(p + "attn_k.bias", kv_dim);
-      L.bv = ld.vec(p + "attn_v.bias", kv_dim);
-    }
-    L.mlp_norm = ld.vec(p + "ffn_norm.weight", hidden);
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, cfg)) L.vec(r.role) = ld.vec(gguf_vec_name(r, i), vec_dim(r, cfg));
   }
   ld.skip_data(!range.last(N));
   w.final_norm = ld.vec("output_norm.weight", hidden);

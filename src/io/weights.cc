@@ -63,8 +63,16 @@ class Loader {
     return m;
   }
 
-  // A vector widened to fp32 and owned.
-  const float* vec(const std::string& name, int64_t n) {
+  // Rows [r0, r0 + n) of the matrix `name` [total, cols] (a fused tensor's part), viewed in place.
+  Mat rows(const std::string& name, int64_t total, int64_t cols, int64_t r0, int64_t n, std::string as) {
+    Mat whole = mat(name, total, cols);
+    Mat m{whole.dtype, n, cols, nullptr, std::move(as)};
+    if (whole.data) m.data = static_cast<const char*>(whole.data) + size_t(r0 * cols) * dtype_size(whole.dtype);
+    return m;
+  }
+
+  // A vector widened to fp32 and owned; `offset` added to every element (Gemma's 1 + w norms).
+  const float* vec(const std::string& name, int64_t n, float offset = 0.0f) {
     const TensorInfo& t = take(name);
     check_shape(t, {n});
     if (skip_) return nullptr;
@@ -72,6 +80,8 @@ class Loader {
     std::memcpy(raw.data(), t.data, t.nbytes);
     std::vector<float> out(static_cast<size_t>(n));
     to_f32(t.dtype, raw.data(), out.data(), size_t(n));
+    if (offset != 0.0f)
+      for (float& v : out) v += offset;
     return w_.own(std::move(out));
   }
 
@@ -135,31 +145,47 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
 
   ld.skip_data(!range.holds_embed(N, cfg.tie_word_embeddings));
   w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
-  // Every layer needs 9 tensors (2 norms, 7 linears): a layer count the files cannot hold is refused
+  // Every layer needs 7 tensors or more (2 norms, 5 linears when fused): a layer count the files cannot hold is refused
   // before the per-layer structures are allocated (num_hidden_layers 1e9 asked for ~600 GB first).
   size_t tensors = 0;
   for (const auto& f : w.store.files()) tensors += f->tensors().size();
-  SINKQ_CHECK(int64_t(cfg.num_layers) * 9 <= int64_t(tensors),
+  SINKQ_CHECK(int64_t(cfg.num_layers) * 7 <= int64_t(tensors),
               "{}: config.json num_hidden_layers {} needs at least {} tensors, the weights hold {}: the config does "
               "not match the weights",
-              dir, cfg.num_layers, int64_t(cfg.num_layers) * 9, tensors);
+              dir, cfg.num_layers, int64_t(cfg.num_layers) * 7, tensors);
+  const LayerSpec& spec = cfg.spec();
+  const float offset = spec.norm_offset ? 1.0f : 0.0f;  // Gemma: the engine's norm weight is 1 + w
   w.layers.resize(size_t(cfg.num_layers));
   for (int i = 0; i < cfg.num_layers; ++i) {
     LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
     ld.skip_data(!range.holds(i, N));
-    L.attn_norm = ld.vec(p + "input_layernorm.weight", hidden);
-    for (const LinearRoleInfo& r : kLinearRoles)
-      L.mat(int(r.role)) = ld.mat(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
-    if (cfg.qkv_bias) {
-      L.bq = ld.vec(p + "self_attn.q_proj.bias", q_dim);
-      L.bk = ld.vec(p + "self_attn.k_proj.bias", kv_dim);
-      L.bv = ld.vec(p + "self_attn.v_proj.bias", kv_dim);
+    for (const LinearRoleInfo& r : kLinearRoles) {
+      const std::string name = p + r.hf + ".weight";
+      const int64_t out = role_dim(r.out, cfg), in = role_dim(r.in, cfg);
+      if (!spec.fused_linears) {
+        L.mat(r.role) = ld.mat(name, out, in);
+        continue;
+      }
+      // Phi-3: qkv_proj = [q; k; v] rows, gate_up_proj = [gate; up] rows, split in place.
+      const bool qkv = r.input == 0, gate_up = r.input == 2;
+      if (!qkv && !gate_up) {
+        L.mat(r.role) = ld.mat(name, out, in);
+        continue;
+      }
+      const int64_t total = qkv ? cfg.q_dim() + 2 * cfg.kv_dim() : 2 * int64_t(cfg.intermediate_size);
+      const int64_t r0 = r.role == LinearRole::Q || r.role == LinearRole::Gate ? 0
+                         : r.role == LinearRole::K ? cfg.q_dim()
+                         : r.role == LinearRole::V ? cfg.q_dim() + cfg.kv_dim()
+                                                   : cfg.intermediate_size;
+      L.mat(r.role) = ld.rows(p + (qkv ? "self_attn.qkv_proj.weight" : "mlp.gate_up_proj.weight"), total, in, r0, out, name);
     }
-    L.mlp_norm = ld.vec(p + "post_attention_layernorm.weight", hidden);
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, cfg))
+        L.vec(r.role) = ld.vec(hf_vec_name(r, cfg, i), vec_dim(r, cfg), r.kind == VecRoleInfo::Kind::Bias ? 0.0f : offset);
   }
   ld.skip_data(!range.last(N));
-  w.final_norm = ld.vec("model.norm.weight", hidden);
+  w.final_norm = ld.vec("model.norm.weight", hidden, offset);
 
   if (cfg.tie_word_embeddings) {
     w.lm_head = w.embed;
@@ -171,6 +197,35 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
   }
   ld.reject_unused(cfg);
   return w;
+}
+
+bool has_vec(const VecRoleInfo& r, const ModelConfig& c) {
+  switch (r.when) {
+    case VecRoleInfo::When::Always: return true;
+    case VecRoleInfo::When::QkvBias: return c.qkv_bias;
+    case VecRoleInfo::When::QkNorm: return c.spec().qk_norm;
+    case VecRoleInfo::When::PostNorms: return c.spec().post_norms;
+  }
+  return false;
+}
+
+int64_t vec_dim(const VecRoleInfo& r, const ModelConfig& c) {
+  switch (r.dim) {
+    case VecRoleInfo::Dim::Hidden: return c.hidden_size;
+    case VecRoleInfo::Dim::Q: return c.q_dim();
+    case VecRoleInfo::Dim::Kv: return c.kv_dim();
+    case VecRoleInfo::Dim::Head: return c.head_dim;
+  }
+  return 0;
+}
+
+std::string hf_vec_name(const VecRoleInfo& r, const ModelConfig& c, int l) {
+  return fmt::format("model.layers.{}.{}.{}", l, c.spec().post_norms ? r.hf_post : r.hf,
+                     r.kind == VecRoleInfo::Kind::Bias ? "bias" : "weight");
+}
+
+std::string gguf_vec_name(const VecRoleInfo& r, int l) {
+  return fmt::format("blk.{}.{}.{}", l, r.gguf, r.kind == VecRoleInfo::Kind::Bias ? "bias" : "weight");
 }
 
 int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c) {
@@ -188,18 +243,15 @@ const float* ModelWeights::own(std::vector<float> v) {
   return owned.back().data();
 }
 
-int64_t ModelWeights::parameter_count() const {
+int64_t ModelWeights::parameter_count(const ModelConfig& c) const {
   auto n = [](const Mat& m) { return m.rows * m.cols; };
-  const int64_t hidden = embed.cols;
   int64_t total = n(embed);
   for (const LayerWeights& L : layers) {
-    total += 2 * hidden;  // attn_norm, mlp_norm
-    total += n(L.wq) + n(L.wk) + n(L.wv) + n(L.wo) + n(L.w_gate) + n(L.w_up) + n(L.w_down);
-    if (L.bq) total += L.wq.rows;
-    if (L.bk) total += L.wk.rows;
-    if (L.bv) total += L.wv.rows;
+    for (int r = 0; r < kNumLinearRoles; ++r) total += n(L.mat(r));
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, c)) total += vec_dim(r, c);
   }
-  total += hidden;  // the final norm (held by a pipeline's last stage only)
+  total += c.hidden_size;            // the final norm (held by a pipeline's last stage only)
   if (!tied()) total += n(lm_head);  // tied: counted once
   return total;
 }

@@ -4,6 +4,7 @@
 // are widened to fp32 and owned. Large matrices stay in their on-disk dtype inside the mmap.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -92,43 +93,75 @@ struct LayerRange {
   void check(int layers) const;
 };
 
-struct LayerWeights {
-  const float* attn_norm = nullptr;  // [hidden]
-  Mat wq, wk, wv, wo;                // [q_dim, hidden], [kv_dim, hidden] x2, [hidden, q_dim]
-  const float* bq = nullptr;         // [q_dim] or nullptr (Qwen2)
-  const float* bk = nullptr;         // [kv_dim]
-  const float* bv = nullptr;         // [kv_dim]
-  const float* mlp_norm = nullptr;   // [hidden]
-  Mat w_gate, w_up, w_down;          // [inter, hidden] x2, [hidden, inter]
-  // Optional replacements of the seven linears above (null = the fp32 matmul of the Mat, the
-  // default). When set, Forward runs impl->apply(x, T, bias, y) for that layer; the Mat then
-  // still describes the source matrix (shape, name) but its data is not read by the forward pass.
-  struct Impls {
-    std::shared_ptr<const LinearImpl> q, k, v, o, gate, up, down;
-  } impl;
+// The vectors of a decoder layer (norm weights and biases), by role: the second half of the layer's
+// tensor schema (kLinearRoles is the first). Each row names the tensor in every format and the
+// feature of the architecture (io/config.h LayerSpec) that makes it present. Loaders, the artifact
+// writer and reader, the training copy and rotation loop over this table; LayerWeights holds one
+// pointer per role (nullptr when the architecture has no such tensor).
+enum class VecRole : uint8_t { AttnNorm, QBias, KBias, VBias, QNorm, KNorm, PostAttnNorm, MlpNorm, PostMlpNorm };
+inline constexpr int kNumVecRoles = 9;
+struct VecRoleInfo {
+  enum class Kind : uint8_t { Norm, HeadNorm, Bias };
+  enum class When : uint8_t { Always, QkvBias, QkNorm, PostNorms };
+  enum class Dim : uint8_t { Hidden, Q, Kv, Head };
+  VecRole role;
+  const char* name;      // "attn_norm": reports, the training copy
+  const char* hf;        // model.layers.N.<hf>.weight / .bias (Llama layout)
+  const char* hf_post;   // the name in a family with post-norms (Gemma 2/3 call the MLP's input norm
+                         // pre_feedforward_layernorm and its post_attention_layernorm is a post-norm)
+  const char* gguf;      // blk.N.<gguf>.weight / .bias
+  Kind kind;
+  When when;
+  Dim dim;
+  int linear;            // Bias: the linear role it belongs to (LinearRole); else -1
+};
+inline constexpr VecRoleInfo kVecRoles[kNumVecRoles] = {
+    {VecRole::AttnNorm, "attn_norm", "input_layernorm", "input_layernorm", "attn_norm", VecRoleInfo::Kind::Norm, VecRoleInfo::When::Always, VecRoleInfo::Dim::Hidden, -1},
+    {VecRole::QBias, "q_bias", "self_attn.q_proj", "self_attn.q_proj", "attn_q", VecRoleInfo::Kind::Bias, VecRoleInfo::When::QkvBias, VecRoleInfo::Dim::Q, 0},
+    {VecRole::KBias, "k_bias", "self_attn.k_proj", "self_attn.k_proj", "attn_k", VecRoleInfo::Kind::Bias, VecRoleInfo::When::QkvBias, VecRoleInfo::Dim::Kv, 1},
+    {VecRole::VBias, "v_bias", "self_attn.v_proj", "self_attn.v_proj", "attn_v", VecRoleInfo::Kind::Bias, VecRoleInfo::When::QkvBias, VecRoleInfo::Dim::Kv, 2},
+    {VecRole::QNorm, "q_norm", "self_attn.q_norm", "self_attn.q_norm", "attn_q_norm", VecRoleInfo::Kind::HeadNorm, VecRoleInfo::When::QkNorm, VecRoleInfo::Dim::Head, -1},
+    {VecRole::KNorm, "k_norm", "self_attn.k_norm", "self_attn.k_norm", "attn_k_norm", VecRoleInfo::Kind::HeadNorm, VecRoleInfo::When::QkNorm, VecRoleInfo::Dim::Head, -1},
+    {VecRole::PostAttnNorm, "post_attn_norm", "post_attention_layernorm", "post_attention_layernorm", "post_attention_norm", VecRoleInfo::Kind::Norm, VecRoleInfo::When::PostNorms, VecRoleInfo::Dim::Hidden, -1},
+    {VecRole::MlpNorm, "mlp_norm", "post_attention_layernorm", "pre_feedforward_layernorm", "ffn_norm", VecRoleInfo::Kind::Norm, VecRoleInfo::When::Always, VecRoleInfo::Dim::Hidden, -1},
+    {VecRole::PostMlpNorm, "post_mlp_norm", "post_feedforward_layernorm", "post_feedforward_layernorm", "post_ffw_norm", VecRoleInfo::Kind::Norm, VecRoleInfo::When::PostNorms, VecRoleInfo::Dim::Hidden, -1},
+};
+static_assert(int(VecRole::PostMlpNorm) == kNumVecRoles - 1);
+inline const VecRoleInfo& vec_info(VecRole r) { return kVecRoles[int(r)]; }
+// Whether a model of config `c` has role r's tensor; its length; its full names in layer `l`.
+bool has_vec(const VecRoleInfo& r, const ModelConfig& c);
+int64_t vec_dim(const VecRoleInfo& r, const ModelConfig& c);
+std::string hf_vec_name(const VecRoleInfo& r, const ModelConfig& c, int l);    // model.layers.l.….weight|bias
+std::string gguf_vec_name(const VecRoleInfo& r, int l);                        // blk.l.….weight|bias
 
-  // The matrix / the implementation slot of linear role i (kLinearRoles order).
-  Mat& mat(int i);
-  const Mat& mat(int i) const;
-  std::shared_ptr<const LinearImpl>& impl_of(int i);
-  const std::shared_ptr<const LinearImpl>& impl_of(int i) const;
+struct LayerWeights {
+  // The seven linears (kLinearRoles order). impls: optional replacements (null = the fp32 matmul
+  // of the Mat, the default). When set, Forward runs impl->apply(x, T, bias, y) for that role; the
+  // Mat then still describes the source matrix (shape, name) but its data is not read.
+  std::array<Mat, kNumLinearRoles> mats;
+  std::array<std::shared_ptr<const LinearImpl>, kNumLinearRoles> impls;
+  // Norm weights [hidden] / [head_dim] and biases [out] (kVecRoles order), fp32; nullptr = absent.
+  std::array<const float*, kNumVecRoles> vecs{};
+
+  Mat& mat(LinearRole r) { return mats[size_t(r)]; }
+  const Mat& mat(LinearRole r) const { return mats[size_t(r)]; }
+  Mat& mat(int i) { return mats[size_t(i)]; }
+  const Mat& mat(int i) const { return mats[size_t(i)]; }
+  std::shared_ptr<const LinearImpl>& impl_of(LinearRole r) { return impls[size_t(r)]; }
+  const std::shared_ptr<const LinearImpl>& impl_of(LinearRole r) const { return impls[size_t(r)]; }
+  std::shared_ptr<const LinearImpl>& impl_of(int i) { return impls[size_t(i)]; }
+  const std::shared_ptr<const LinearImpl>& impl_of(int i) const { return impls[size_t(i)]; }
+  const float*& vec(VecRole r) { return vecs[size_t(r)]; }
+  const float* vec(VecRole r) const { return vecs[size_t(r)]; }
+  // The bias of linear role i (q/k/v), or nullptr.
+  const float* bias(int i) const {
+    return i == 0 ? vec(VecRole::QBias) : i == 1 ? vec(VecRole::KBias) : i == 2 ? vec(VecRole::VBias) : nullptr;
+  }
 };
 
 // The decoder layer a tensor belongs to by its name: model.layers.N.* (HF checkpoints, artifacts)
 // or blk.N.* (GGUF); -1 for every other tensor (embeddings, final norm, head, prefix).
 int tensor_layer(const std::string& name);
-
-// Role i's members, in kLinearRoles order.
-inline constexpr Mat LayerWeights::*kRoleMats[kNumLinearRoles] = {
-    &LayerWeights::wq, &LayerWeights::wk, &LayerWeights::wv, &LayerWeights::wo,
-    &LayerWeights::w_gate, &LayerWeights::w_up, &LayerWeights::w_down};
-inline constexpr std::shared_ptr<const LinearImpl> LayerWeights::Impls::*kRoleImpls[kNumLinearRoles] = {
-    &LayerWeights::Impls::q, &LayerWeights::Impls::k, &LayerWeights::Impls::v, &LayerWeights::Impls::o,
-    &LayerWeights::Impls::gate, &LayerWeights::Impls::up, &LayerWeights::Impls::down};
-inline Mat& LayerWeights::mat(int i) { return this->*kRoleMats[i]; }
-inline const Mat& LayerWeights::mat(int i) const { return this->*kRoleMats[i]; }
-inline std::shared_ptr<const LinearImpl>& LayerWeights::impl_of(int i) { return impl.*kRoleImpls[i]; }
-inline const std::shared_ptr<const LinearImpl>& LayerWeights::impl_of(int i) const { return impl.*kRoleImpls[i]; }
 
 struct ModelWeights {
   TensorStore store;                 // keeps the mappings alive
@@ -159,7 +192,7 @@ struct ModelWeights {
   // in the files anyway is ignored (as HF does). Untied without lm_head.weight: error.
   static ModelWeights load(const std::string& dir, const ModelConfig& cfg, LayerRange range = {});
   const float* own(std::vector<float> v);  // move into `owned`, return stable pointer
-  int64_t parameter_count() const;         // counts lm_head once when tied
+  int64_t parameter_count(const ModelConfig& c) const;  // counts lm_head once when tied
   // One table for the embeddings and the LM head (the int8 head's: one impl; else one Mat).
   bool tied() const { return lm_head_impl ? lm_head_impl == embed_impl : lm_head.data == embed.data; }
 };

@@ -212,6 +212,18 @@ void silu_mul(float* g, const float* u, int64_t T, int64_t n) {
   parallel_ranges(nt, total, 64, [&](int64_t b, int64_t e) { k.silu_mul(g + b, u + b, e - b); });
 }
 
+void gelu_tanh_mul(float* g, const float* u, int64_t T, int64_t n) {
+  const int64_t total = T * n;
+  const int nt = threads_for(2.0 * double(total));
+  parallel_ranges(nt, total, 64, [&](int64_t b, int64_t e) {
+    constexpr float c = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = b; i < e; ++i) {
+      const float x = g[i];
+      g[i] = 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x))) * u[i];
+    }
+  });
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const KernelTable& k = detail::kernels();
@@ -244,7 +256,7 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
                        const float* k_cache, const float* v_cache, int64_t n_past, int64_t T, float* out, int nt) {
   const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t P = prefix.rows, ldkv = int64_t(s.n_kv_heads) * D, ldq = int64_t(H) * D;
-  const float scale = float(1.0 / std::sqrt(double(D)));
+  const float scale = s.score_scale();
   const int64_t keys_max = s.sliding_window ? std::min<int64_t>(P + n_past + T, s.sliding_window + kBlockedAttnRows)
                                             : P + n_past + T;
   const int64_t bq = std::clamp<int64_t>(kBlockedAttnScratch / (4 * keys_max), 1, kBlockedAttnRows);
@@ -275,6 +287,7 @@ void attention_blocked(const KernelTable& k, const AttnShape& s, const float* q,
       float* row = S.data() + r * nk;
       std::fill(row, row + c0, 0.0f);
       std::fill(row + c1, row + nk, 0.0f);
+      s.cap(row + c0, c1 - c0);
       inv[size_t(r)] = 1.0f / k.exp_shift_sum(row + c0, c1 - c0);
     }
     float* o = out + (t0 * H + h) * D;
@@ -296,7 +309,7 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
   const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t P = prefix.rows;
   const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // cache (and prefix) row stride (floats)
-  const float scale = float(1.0 / std::sqrt(double(D)));
+  const float scale = s.score_scale();
   const int64_t pairs = T * H;
   const int64_t max_keys = P + n_past + T;
   // Most keys one query sees.
@@ -339,7 +352,10 @@ void attention(const AttnShape& s, const float* q, const KvSegment& prefix, cons
           for (int i = 0; i < group; ++i)
             k.scores(q0 + i * D, Kseg[seg] + c * ldkv, ldkv, m, D, scale, sc.data() + i * n + col0[seg] + c);
         }
-      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      for (int i = 0; i < group; ++i) {
+        s.cap(sc.data() + i * n, n);
+        inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      }
       bool first = true;
       for (int seg = 0; seg < 2; ++seg)
         for (int64_t c = 0; c < rows[seg]; c += rows_per_chunk) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -67,6 +68,9 @@ void rope_apply_cs(const float* cs, int head_dim, float* x, int64_t T, int n_hea
 
 // g[T, n] = silu(g) * u   (SwiGLU); in place on g.
 void silu_mul(float* g, const float* u, int64_t T, int64_t n);
+// g[T, n] = gelu_tanh(g) * u   (GeGLU, Gemma: 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))); in place.
+// Scalar (std::tanh) on every ISA: one definition, no SIMD variant to test.
+void gelu_tanh_mul(float* g, const float* u, int64_t T, int64_t n);
 
 // Numerically stable softmax over x[n] in place.
 void softmax(float* x, int64_t n);
@@ -82,6 +86,14 @@ void softmax(float* x, int64_t n);
 struct AttnShape {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   int sliding_window = 0;
+  float scale = 0.0f;    // the score scale; 0: 1/sqrt(head_dim) (in fp32, as HF computes it)
+  float softcap = 0.0f;  // > 0: scores -> softcap * tanh(scores / softcap) before the softmax (Gemma 2)
+  float score_scale() const { return scale > 0 ? scale : float(1.0 / std::sqrt(double(head_dim))); }
+  // The soft-cap over n scores in place (nothing when softcap is 0).
+  void cap(float* s, int64_t n) const {
+    if (softcap > 0)
+      for (int64_t i = 0; i < n; ++i) s[i] = softcap * std::tanh(s[i] / softcap);
+  }
   // The first (absolute) position a query at absolute position `pos` sees.
   int64_t first_visible(int64_t pos) const {
     return sliding_window > 0 ? std::max<int64_t>(0, pos - sliding_window + 1) : 0;
@@ -127,6 +139,7 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
 void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);
 void rope_apply(const RopeTable& rt, float* x, int64_t T, int n_heads, std::span<const int32_t> pos);
 void silu_mul(float* g, const float* u, int64_t T, int64_t n);
+void gelu_tanh_mul(float* g, const float* u, int64_t T, int64_t n);
 void softmax(float* x, int64_t n);
 void attention(const AttnShape& s, const float* q, const float* k_cache, const float* v_cache,
                int64_t n_past, int64_t T, float* out);

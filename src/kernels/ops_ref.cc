@@ -63,6 +63,14 @@ void silu_mul(float* g, const float* u, int64_t T, int64_t n) {
   }
 }
 
+void gelu_tanh_mul(float* g, const float* u, int64_t T, int64_t n) {
+  const double c = std::sqrt(2.0 / 3.14159265358979323846);
+  for (int64_t i = 0; i < T * n; ++i) {
+    const double x = g[i];
+    g[i] = float(0.5 * x * (1.0 + std::tanh(c * (x + 0.044715 * x * x * x))) * double(u[i]));
+  }
+}
+
 void softmax(float* x, int64_t n) {
   if (n <= 0) return;
   double m = x[0];

@@ -6,7 +6,8 @@
 // cache) and lowbit::ref::attention_packed (kv_kernels.cc: fp32 prefix, packed body) are this
 // loop with their own accessor. Query t sits at absolute position n_before + n_past + t and
 // attends [lo, that] (lo from the sliding window, 0 without one). Scores and the weighted sum in
-// double; the scale is the fp32 1/sqrt(head_dim), as HF computes it. q_body (optional): the queries
+// double; the scale is AttnShape::score_scale() (fp32, as HF computes it), then the soft-cap
+// when set. q_body (optional): the queries
 // the positions from n_before on are scored with (a store whose keys live in another basis than
 // the prefix's: lowbit::attention_codebook); null: q for all.
 #pragma once
@@ -24,7 +25,7 @@ template <class Elem>
 void attention_over(const AttnShape& s, const float* q, int64_t n_before, int64_t n_past, int64_t T, Elem&& elem,
                     float* out, const float* q_body = nullptr) {
   const int H = s.n_heads, Hkv = s.n_kv_heads, D = s.head_dim, group = H / Hkv;
-  const double scale = double(float(1.0 / std::sqrt(double(D))));
+  const double scale = double(s.score_scale());
   for (int64_t t = 0; t < T; ++t) {
     const int64_t hi = n_before + n_past + t;
     const int64_t lo = s.sliding_window > 0 ? std::max<int64_t>(0, hi - s.sliding_window + 1) : 0;
@@ -39,6 +40,7 @@ void attention_over(const AttnShape& s, const float* q, int64_t n_before, int64_
         const float* qj = j < n_before ? qv : qb;
         for (int d = 0; d < D; ++d) a += double(qj[d]) * elem(false, j, g, d);
         p[size_t(j - lo)] = a * scale;
+        if (s.softcap > 0) p[size_t(j - lo)] = double(s.softcap) * std::tanh(p[size_t(j - lo)] / double(s.softcap));
         m = std::max(m, p[size_t(j - lo)]);
       }
       double sum = 0.0;

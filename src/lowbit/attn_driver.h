@@ -35,7 +35,7 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
   const int H = s.n_heads, D = s.head_dim, group = s.n_heads / s.n_kv_heads;
   const int64_t P = prefix.rows;
   const int64_t ldkv = int64_t(s.n_kv_heads) * D;  // prefix row stride (floats)
-  const float scale = float(1.0 / std::sqrt(double(D)));
+  const float scale = s.score_scale();
   const int64_t pairs = T * s.n_kv_heads;
   const int64_t max_keys = P + n_past + T;
   const int64_t keys = s.sliding_window ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
@@ -70,7 +70,10 @@ void attention_driver(const AttnShape& s, const float* q, const float* q_body, c
         if (np > 0) k.scores(q0 + i * D, prefix.k + lo * ldkv + int64_t(g) * D, ldkv, np, D, scale, sc.data() + i * n);
       }
       scores(g, blo, nb, qpad.data(), ldq, group, scale, sc.data() + np, n);
-      for (int i = 0; i < group; ++i) inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      for (int i = 0; i < group; ++i) {
+        s.cap(sc.data() + i * n, n);
+        inv[size_t(i)] = 1.0f / k.exp_shift_sum(sc.data() + i * n, n);
+      }
       if (np == 0) {
         wsum(g, blo, nb, sc.data(), n, group, inv.data(), o0);
         continue;

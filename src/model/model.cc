@@ -20,9 +20,14 @@ std::shared_ptr<Model> Model::load(const std::string& dir, LayerRange stage) {
   m->cfg_ = std::move(f.config);
   m->stage_ = {stage.begin, stage.end_of(m->cfg_.num_layers)};
   m->w_ = std::move(f.weights);
-  m->rope_ = RopeTable::make(m->cfg_.rope());
+  m->make_ropes();
   m->dir_ = dir;
   return m;
+}
+
+void Model::make_ropes() {
+  rope_ = RopeTable::make(cfg_.rope());
+  if (cfg_.rope_local_theta > 0) rope_local_ = RopeTable::make(cfg_.rope_local());
 }
 
 namespace {
@@ -99,7 +104,7 @@ std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
   m->stage_ = {0, cfg.num_layers};
-  m->rope_ = RopeTable::make(cfg.rope());
+  m->make_ropes();
   uint64_t next_seed = seed;
   auto mat = [&](const std::string& name, int64_t rows, int64_t cols) {
     std::vector<uint8_t>& buf = m->storage_.emplace_back(size_t(rows * cols) * dtype_size(dtype));
@@ -107,25 +112,18 @@ std::shared_ptr<Model> Model::random(const ModelConfig& cfg, DType dtype, uint64
     return Mat{dtype, rows, cols, buf.data(), name};
   };
   auto ones = [&](int64_t n) { return m->w_.own(std::vector<float>(size_t(n), 1.0f)); };
-  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size;
+  const int64_t H = cfg.hidden_size;
   m->w_.embed = mat("model.embed_tokens.weight", cfg.vocab_size, H);
   for (int l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights lw;
-    lw.attn_norm = ones(H);
-    lw.wq = mat(p + "self_attn.q_proj.weight", cfg.q_dim(), H);
-    lw.wk = mat(p + "self_attn.k_proj.weight", cfg.kv_dim(), H);
-    lw.wv = mat(p + "self_attn.v_proj.weight", cfg.kv_dim(), H);
-    lw.wo = mat(p + "self_attn.o_proj.weight", H, cfg.q_dim());
-    if (cfg.qkv_bias) {
-      lw.bq = m->w_.own(std::vector<float>(size_t(cfg.q_dim()), 0.0f));
-      lw.bk = m->w_.own(std::vector<float>(size_t(cfg.kv_dim()), 0.0f));
-      lw.bv = m->w_.own(std::vector<float>(size_t(cfg.kv_dim()), 0.0f));
-    }
-    lw.mlp_norm = ones(H);
-    lw.w_gate = mat(p + "mlp.gate_proj.weight", I, H);
-    lw.w_up = mat(p + "mlp.up_proj.weight", I, H);
-    lw.w_down = mat(p + "mlp.down_proj.weight", H, I);
+    for (const LinearRoleInfo& r : kLinearRoles)
+      lw.mat(r.role) = mat(p + r.hf + ".weight", role_dim(r.out, cfg), role_dim(r.in, cfg));
+    // Norm weights 1, biases 0.
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, cfg))
+        lw.vec(r.role) = r.kind == VecRoleInfo::Kind::Bias ? m->w_.own(std::vector<float>(size_t(vec_dim(r, cfg)), 0.0f))
+                                                           : ones(vec_dim(r, cfg));
     m->w_.layers.push_back(lw);
   }
   m->w_.final_norm = ones(H);
@@ -141,7 +139,7 @@ std::shared_ptr<Model> Model::from_weights(const ModelConfig& cfg, ModelWeights 
   auto m = std::make_shared<Model>();
   m->cfg_ = cfg;
   m->stage_ = {stage.begin, stage.end_of(cfg.num_layers)};
-  m->rope_ = RopeTable::make(cfg.rope());
+  m->make_ropes();
   m->dir_ = std::move(dir);
   m->w_ = std::move(w);
   return m;
@@ -155,6 +153,7 @@ std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, Mo
   m->cfg_ = base->cfg_;
   m->stage_ = base->stage_;
   m->rope_ = base->rope_;
+  m->rope_local_ = base->rope_local_;
   m->dir_ = base->dir_;
   m->w_ = std::move(w);
   m->base_ = std::move(base);
@@ -167,11 +166,8 @@ int64_t Model::decode_weight_bytes() const {
   };
   const int N = cfg_.num_layers;
   int64_t total = stage_.last(N) ? bytes(w_.lm_head, w_.lm_head_impl) : 0;
-  for (int i = stage_.begin; i < stage_.end_of(N); ++i) {
-    const LayerWeights& l = w_.layers[size_t(i)];
-    total += bytes(l.wq, l.impl.q) + bytes(l.wk, l.impl.k) + bytes(l.wv, l.impl.v) + bytes(l.wo, l.impl.o) +
-             bytes(l.w_gate, l.impl.gate) + bytes(l.w_up, l.impl.up) + bytes(l.w_down, l.impl.down);
-  }
+  for (int i = stage_.begin; i < stage_.end_of(N); ++i)
+    for (int r = 0; r < kNumLinearRoles; ++r) total += bytes(w_.layers[size_t(i)].mat(r), w_.layers[size_t(i)].impl_of(r));
   return total;
 }
 
@@ -195,7 +191,8 @@ Forward::Forward(std::shared_ptr<const Model> model, int64_t max_ctx, int64_t ma
               max_ctx, double(kv_bytes) / 1e9, held, c.kv_dim(), double(avail) / 1e9);
   cache_ = KVCache(held, max_ctx, c.kv_dim(), st.begin);
   hooks_.resize(c.num_layers);
-  attn_shape_ = AttnShape{c.num_heads, c.num_kv_heads, c.head_dim, c.sliding_window};
+  // The window is set per layer (ModelConfig::window) where the layer runs.
+  attn_shape_ = AttnShape{c.num_heads, c.num_kv_heads, c.head_dim, 0, c.attn_scale(), c.attn_softcap};
   const size_t B = size_t(max_batch_);
   x_.resize(B * size_t(c.hidden_size));
   xn_.resize(B * size_t(c.hidden_size));
@@ -376,7 +373,7 @@ KvSegment KvPrefix::segment(int layer) const {
 void Forward::embed(std::span<const int32_t> tokens, float* x) {
   SINKQ_CHECK(!tokens.empty(), "no tokens to embed");
   SINKQ_CHECK(model_->stage().first(), "embed: this pipeline stage does not hold the embeddings");
-  embed_ids(model_->weights(), tokens, x);
+  embed_ids(*model_, tokens, x);
 }
 
 void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) {
@@ -433,7 +430,6 @@ void Forward::set_link(std::shared_ptr<StageLink> link) {
 // (and gets the logits back); a later stage that is not the last returns its output in x_io.
 void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out) {
   const ModelConfig& c = model_->config();
-  const ModelWeights& w = model_->weights();
   const LayerRange& st = model_->stage();
   const int N = c.num_layers;
   SINKQ_CHECK(st.last(N) || link_ || x_io, "this model holds layers [{}, {}) of {}: it runs as a pipeline stage "
@@ -445,7 +441,7 @@ void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_
     ids_[size_t(t)] = tokens[size_t(t)];
   }
   auto body = [&] {
-    if (st.first()) embed_ids(w, tokens, x_.data());
+    if (st.first()) embed_ids(*model_, tokens, x_.data());
     else std::copy(x_io, x_io + T * H, x_.data());
     for (int l = st.begin; l < st.end_of(N); ++l) {
       check_interrupt();  // (core/interrupt.h; run_in_team rethrows on the caller)
@@ -463,10 +459,16 @@ void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_
   if (x_io && !st.last(N)) std::copy(x_.data(), x_.data() + T * H, x_io);
 }
 
-// Embedding rows: the int8 table's (embed_impl) or the fp matrix's.
-void Forward::embed_ids(const ModelWeights& w, std::span<const int32_t> ids, float* out) {
+// Embedding rows: the int8 table's (embed_impl) or the fp matrix's; × sqrt(hidden) (Gemma).
+void Forward::embed_ids(const Model& m, std::span<const int32_t> ids, float* out) {
+  const ModelWeights& w = m.weights();
   if (w.embed_impl) w.embed_impl->gather_rows(ids, out);
   else embed_rows(w.embed, ids, out);
+  if (m.config().spec().embed_scale) {
+    const int64_t H = m.config().hidden_size;
+    const float s = std::sqrt(float(H));
+    for (int64_t i = 0; i < int64_t(ids.size()) * H; ++i) out[i] *= s;
+  }
 }
 
 // The final norm, the head_in hooks, the LM head and the logits hooks over the rows of `parts`
@@ -490,12 +492,14 @@ void Forward::head(const float* x, std::span<const Part> parts, int64_t pos0, fl
   hook(Site::HeadIn, xn, c.hidden_size);
   if (w.lm_head_impl) w.lm_head_impl->apply(xn, rows, nullptr, logits);
   else matmul(xn, rows, w.lm_head, nullptr, logits);
+  if (const float cap = c.final_softcap; cap > 0)  // Gemma 2: logits -> cap * tanh(logits / cap)
+    for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   hook(Site::Logits, logits, c.vocab_size);
 }
 
-// One decoder layer, as in the Llama paper / HF LlamaDecoderLayer:
-//   x += o_proj(attention(rope(q_proj(norm(x))), rope(k_proj(norm(x))), v_proj(norm(x))))
-//   x += down_proj(silu(gate_proj(norm(x))) * up_proj(norm(x)))
+// One decoder layer, as in HF LlamaDecoderLayer, with the family's features (io/config.h LayerSpec):
+//   x += [post_attn_norm] o_proj(attention(rope(q_norm(q_proj(norm(x)))), rope(k_norm(k_proj(norm(x)))), v_proj(norm(x))))
+//   x += [post_mlp_norm] down_proj(act(gate_proj(norm(x))) * up_proj(norm(x)))
 void Forward::layer(int l, int64_t T) {
   const Part self{this, 0, T};
   layer(l, T, std::span(&self, 1), nullptr, nullptr);
@@ -508,8 +512,10 @@ void Forward::layer(int l, int64_t T) {
 // Several parts: the new K / V rows go to k_scratch / v_scratch [T, kv_dim] first.
 void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch) {
   const ModelConfig& c = model_->config();
+  const LayerSpec& spec = c.spec();
   const LayerWeights& w = model_->weights().layers[size_t(l)];
   const int64_t H = c.hidden_size, I = c.intermediate_size, KV = c.kv_dim(), QD = c.q_dim();
+  const RopeTable& rope = model_->rope(l);
   float* x = x_.data();
   float* xn = xn_.data();
   auto each = [&](Site s, float* data, int64_t features) {
@@ -524,10 +530,15 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   float* v = !one ? v_scratch : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
   // Attention block.
-  rmsnorm(x, w.attn_norm, xn, T, H, c.rms_norm_eps);
+  rmsnorm(x, w.vec(VecRole::AttnNorm), xn, T, H, c.rms_norm_eps);
   each(Site::AttnIn, xn, H);
-  site_linears<3>(xn, T, {&w.wq, &w.wk, &w.wv}, {w.impl.q.get(), w.impl.k.get(), w.impl.v.get()}, {w.bq, w.bk, w.bv},
-                  {q_.data(), k, v});
+  site_linears<3>(xn, T, {&w.mat(LinearRole::Q), &w.mat(LinearRole::K), &w.mat(LinearRole::V)},
+                  {w.impl_of(LinearRole::Q).get(), w.impl_of(LinearRole::K).get(), w.impl_of(LinearRole::V).get()},
+                  {w.bias(0), w.bias(1), w.bias(2)}, {q_.data(), k, v});
+  if (spec.qk_norm) {  // each head's row of q and k (Qwen3, Gemma 3), before the pre-RoPE k site
+    rmsnorm(q_.data(), w.vec(VecRole::QNorm), q_.data(), T * c.num_heads, c.head_dim, c.rms_norm_eps);
+    rmsnorm(k, w.vec(VecRole::KNorm), k, T * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
+  }
   each(Site::KPreRope, k, KV);
   for (const Part& p : parts) {
     Forward& f = *p.f;
@@ -538,37 +549,43 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
     // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
     // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
     const bool pre_rope_store = f.store_ && f.store_->keys_before_rope();
-    rope_apply(model_->rope(), q, p.n, c.num_heads, pos);
-    if (!pre_rope_store) rope_apply(model_->rope(), kp, p.n, c.num_kv_heads, pos);
+    rope_apply(rope, q, p.n, c.num_heads, pos);
+    if (!pre_rope_store) rope_apply(rope, kp, p.n, c.num_kv_heads, pos);
     f.site(Site::Q, l, q, p.n, QD);
     if (!pre_rope_store) f.site(Site::K, l, kp, p.n, KV);
     f.site(Site::V, l, vp, p.n, KV);
     const int64_t body_past = f.body_size();  // body rows before these
     const KvSegment prefix = f.prefix_ ? f.prefix_->segment(l) : KvSegment{};
     float* att = att_.data() + p.row0 * QD;
+    AttnShape shape = f.attn_shape_;
+    shape.sliding_window = c.window(l);
     if (f.store_) {
       f.store_->write(l, body_past, kp, vp, p.n);
-      f.store_->attention(l, f.attn_shape_, q, prefix, body_past, p.n, att);
+      f.store_->attention(l, shape, q, prefix, body_past, p.n, att);
     } else {
       if (!one) {
         std::copy(kp, kp + p.n * KV, f.cache_.k(l) + body_past * KV);
         std::copy(vp, vp + p.n * KV, f.cache_.v(l) + body_past * KV);
       }
-      attention(f.attn_shape_, q, prefix, f.cache_.k(l), f.cache_.v(l), body_past, p.n, att);
+      attention(shape, q, prefix, f.cache_.k(l), f.cache_.v(l), body_past, p.n, att);
     }
   }
   each(Site::OIn, att_.data(), QD);
-  linear(att_.data(), T, w.wo, w.impl.o.get(), nullptr, tmp_.data());
+  linear(att_.data(), T, w.mat(LinearRole::O), w.impl_of(LinearRole::O).get(), nullptr, tmp_.data());
+  if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostAttnNorm), tmp_.data(), T, H, c.rms_norm_eps);
   add_inplace(x, tmp_.data(), T * H);
 
-  // MLP block (SwiGLU).
-  rmsnorm(x, w.mlp_norm, xn, T, H, c.rms_norm_eps);
+  // MLP block (SwiGLU / GeGLU).
+  rmsnorm(x, w.vec(VecRole::MlpNorm), xn, T, H, c.rms_norm_eps);
   each(Site::MlpIn, xn, H);
-  site_linears<2>(xn, T, {&w.w_gate, &w.w_up}, {w.impl.gate.get(), w.impl.up.get()}, {nullptr, nullptr},
+  site_linears<2>(xn, T, {&w.mat(LinearRole::Gate), &w.mat(LinearRole::Up)},
+                  {w.impl_of(LinearRole::Gate).get(), w.impl_of(LinearRole::Up).get()}, {nullptr, nullptr},
                   {gate_.data(), up_.data()});
-  silu_mul(gate_.data(), up_.data(), T, I);
+  if (spec.act == Activation::GeluTanh) gelu_tanh_mul(gate_.data(), up_.data(), T, I);
+  else silu_mul(gate_.data(), up_.data(), T, I);
   each(Site::DownIn, gate_.data(), I);
-  linear(gate_.data(), T, w.w_down, w.impl.down.get(), nullptr, tmp_.data());
+  linear(gate_.data(), T, w.mat(LinearRole::Down), w.impl_of(LinearRole::Down).get(), nullptr, tmp_.data());
+  if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostMlpNorm), tmp_.data(), T, H, c.rms_norm_eps);
   add_inplace(x, tmp_.data(), T * H);
   each(Site::Out, x, H);
 }
@@ -591,7 +608,6 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
   SINKQ_CHECK(B <= ws.max_batch_, "step_batch: {} sequences, the first one's buffers hold {} rows (max_batch)", B,
               ws.max_batch_);
   const ModelConfig& c = ws.model_->config();
-  const ModelWeights& w = ws.model_->weights();
   const int64_t V = c.vocab_size;
   for (int64_t b = 0; b < B; ++b) {
     Forward& f = *seqs[size_t(b)];
@@ -616,7 +632,7 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t
   for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
   logits.resize(size_t(B * V));
   auto body = [&] {
-    embed_ids(w, tokens, ws.x_.data());
+    embed_ids(*ws.model_, tokens, ws.x_.data());
     for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
     for (Forward* f : seqs) f->advance(1);
     head(ws.x_.data(), parts, 0, ws.xn_.data(), logits.data());

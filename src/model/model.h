@@ -41,6 +41,8 @@ class Model {
   const ModelWeights& weights() const { return w_; }
   ModelWeights& mutable_weights() { return w_; }
   const RopeTable& rope() const { return rope_; }
+  // Layer l's RoPE: rope() but on Gemma 3's sliding layers (ModelConfig::local_rope), whose base differs.
+  const RopeTable& rope(int l) const { return cfg_.local_rope(l) ? rope_local_ : rope_; }
   const std::string& dir() const { return dir_; }  // "" for in-memory models
   // The layers whose weights this model holds (resolved: end >= 0); the whole model but under MPI.
   const LayerRange& stage() const { return stage_; }
@@ -50,9 +52,10 @@ class Model {
   int64_t decode_weight_bytes() const;
 
  private:
+  void make_ropes();  // rope_ (and rope_local_) from cfg_
   ModelConfig cfg_;
   ModelWeights w_;
-  RopeTable rope_;
+  RopeTable rope_, rope_local_;
   std::string dir_;
   LayerRange stage_;
   std::vector<std::vector<uint8_t>> storage_;  // backing of random()'s matrices
@@ -206,7 +209,8 @@ class Forward {
   };
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
   void chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out);
-  static void embed_ids(const ModelWeights& w, std::span<const int32_t> ids, float* out);
+  // Embedding rows of `ids` (× sqrt(hidden) where the family scales them: LayerSpec::embed_scale).
+  static void embed_ids(const Model& m, std::span<const int32_t> ids, float* out);
   static void head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits);
   void layer(int l, int64_t T);
   void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch);

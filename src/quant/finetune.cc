@@ -88,8 +88,7 @@ struct TrainedWeight {
 };
 
 std::vector<float>& mat_of(train::Params<float>::Layer& w, int role) {
-  std::vector<float>* m[kNumLinearRoles] = {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down};
-  return *m[role];
+  return w.mats[size_t(role)];
 }
 
 // Mean squared error of out against y, and its gradient (2/n)(out − y) into d.
@@ -121,7 +120,7 @@ FinetuneResult finetune_blockwise(std::shared_ptr<const Model> fp, const Recipe&
   if (clips && !clips->empty())
     SINKQ_CHECK(int64_t(clips->size()) == L, "weight clip ratios for {} layers, the model has {}", clips->size(), L);
   const auto t0 = Clock::now();
-  const RopeTable rope = RopeTable::make(mc.rope());
+  const train::Ropes rope(mc);
   train::Params<float> params = train::Params<float>::from_model(*fp);
   const train::PrefixKv<float> pre = prefix ? train::PrefixKv<float>::from(*prefix) : train::PrefixKv<float>{};
   const int64_t P = prefix ? prefix->size() : 0;

@@ -103,6 +103,17 @@ nlohmann::json to_json(const RotateConfig& cfg) {
 }
 
 void check_rotatable(const ModelConfig& cfg) {
+  // Computational invariance per family feature (io/config.h LayerSpec): q/k norms act on q and k
+  // after their projection (R1 is folded into its input side, R3 preserves q·kᵀ), soft-caps act
+  // on scores and logits (unchanged by R1..R4), the embedding scale is a scalar, Gemma's (1 + w)
+  // is folded into w when loading, the GeGLU gate is left alone (R4 rotates down_proj's input).
+  // Post-norms are the exception: a gain applied to a block's output before the residual add does
+  // not commute with a rotation of the residual stream (R1), and has nowhere to be folded.
+  SINKQ_CHECK(!cfg.spec().post_norms,
+              "cannot rotate {}: its post-attention and post-FFN norms (RMSNorm with a gain on each block's output, "
+              "before the residual add) do not commute with a rotation of the residual stream (R1); quantize it "
+              "without --rotate",
+              cfg.architecture);
   const std::pair<const char*, int> dims[] = {
       {"hidden_size", cfg.hidden_size}, {"intermediate_size", cfg.intermediate_size}, {"head_dim", cfg.head_dim}};
   for (const auto& [name, n] : dims)
@@ -166,37 +177,37 @@ std::shared_ptr<const Model> rotate_model(std::shared_ptr<const Model> base, con
     const RandomHadamard r2 = r2_rotation(mc, cfg, l);
 
     // Attention: R1 on q/k/v's input (with the norm gain), R2 on v's output per kv head.
-    for (Mat* m : {&d.wq, &d.wk, &d.wv}) {
+    for (Mat* m : {&d.mat(LinearRole::Q), &d.mat(LinearRole::K), &d.mat(LinearRole::V)}) {
       Buf b(*m);
-      b.scale_columns(s.attn_norm);
+      b.scale_columns(s.vec(VecRole::AttnNorm));
       b.rotate_input(R1);
-      if (m == &d.wv) b.rotate_output([&](float* x, int64_t n) { r2.forward(x, n * mc.num_kv_heads); });
+      if (m == &d.mat(LinearRole::V)) b.rotate_output([&](float* x, int64_t n) { r2.forward(x, n * mc.num_kv_heads); });
       b.store(w, *m);
     }
-    if (s.bv) {
-      std::vector<float> bv(s.bv, s.bv + mc.kv_dim());
+    if (s.vec(VecRole::VBias)) {
+      std::vector<float> bv(s.vec(VecRole::VBias), s.vec(VecRole::VBias) + mc.kv_dim());
       r2.forward(bv.data(), mc.num_kv_heads);
-      d.bv = w.own(std::move(bv));
+      d.vec(VecRole::VBias) = w.own(std::move(bv));
     }
     // o_proj: R2 on its input per q head, R1 on its output.
-    Buf wo(s.wo);
+    Buf wo(s.mat(LinearRole::O));
     wo.rotate_input([&](float* x, int64_t n) { r2.forward(x, n * mc.num_heads); });
     wo.rotate_output(R1);
-    wo.store(w, d.wo);
-    d.attn_norm = ones;
+    wo.store(w, d.mat(LinearRole::O));
+    d.vec(VecRole::AttnNorm) = ones;
 
     // MLP: R1 on gate/up's input (with the norm gain); down_proj: R4 on its input, R1 on its output.
-    for (Mat* m : {&d.w_gate, &d.w_up}) {
+    for (Mat* m : {&d.mat(LinearRole::Gate), &d.mat(LinearRole::Up)}) {
       Buf b(*m);
-      b.scale_columns(s.mlp_norm);
+      b.scale_columns(s.vec(VecRole::MlpNorm));
       b.rotate_input(R1);
       b.store(w, *m);
     }
-    Buf down(s.w_down);
+    Buf down(s.mat(LinearRole::Down));
     down.rotate_input([I](float* x, int64_t n) { fwht_inplace(x, n, I); });
     down.rotate_output(R1);
-    down.store(w, d.w_down);
-    d.mlp_norm = ones;
+    down.store(w, d.mat(LinearRole::Down));
+    d.vec(VecRole::MlpNorm) = ones;
   }
   return Model::with_weights(std::move(base), std::move(w));
 }

@@ -269,13 +269,8 @@ QuantizedModel load_artifact(const std::string& dir, LayerRange stage) {
       w.layers.push_back(lw);
       continue;
     }
-    lw.attn_norm = L.f32(w, want(p + "input_layernorm.weight"), H);
-    lw.mlp_norm = L.f32(w, want(p + "post_attention_layernorm.weight"), H);
-    if (mc.qkv_bias) {
-      lw.bq = L.f32(w, want(p + "self_attn.q_proj.bias"), mc.q_dim());
-      lw.bk = L.f32(w, want(p + "self_attn.k_proj.bias"), mc.kv_dim());
-      lw.bv = L.f32(w, want(p + "self_attn.v_proj.bias"), mc.kv_dim());
-    }
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, mc)) lw.vec(r.role) = L.f32(w, want(hf_vec_name(r, mc, l)), vec_dim(r, mc));
     quant::Params act_params[4];
     if (act_static) {
       for (int s = 0; s < 4; ++s) {

@@ -155,11 +155,10 @@ StageTensors stage_tensors(const QuantizedModel& qm) {
     if (!stage.holds(l, N)) continue;
     const LayerWeights& lw = w.layers[size_t(l)];
     const std::string p = layer_prefix(l);
-    add_vec(p + "input_layernorm.weight", lw.attn_norm, mc.hidden_size);
-    add_vec(p + "post_attention_layernorm.weight", lw.mlp_norm, mc.hidden_size);
-    if (lw.bq) add_vec(p + "self_attn.q_proj.bias", lw.bq, mc.q_dim());
-    if (lw.bk) add_vec(p + "self_attn.k_proj.bias", lw.bk, mc.kv_dim());
-    if (lw.bv) add_vec(p + "self_attn.v_proj.bias", lw.bv, mc.kv_dim());
+    // Norms and biases under the model's own HF names (io/weights.h kVecRoles); Gemma's norms as
+    // the engine holds them (1 + w).
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, mc)) add_vec(hf_vec_name(r, mc, l), lw.vec(r.role), vec_dim(r, mc));
     for (int i = 0; i < kNumLinearRoles; ++i) {
       const auto* pl = dynamic_cast<const PackedLinear*>(lw.impl_of(i).get());
       SINKQ_CHECK(pl != nullptr, "write_artifact: layer {} {} is not a packed linear", l, kLinearRoles[i].hf);

@@ -144,7 +144,7 @@ lowbit::CodebookKvCache codebook_cache(const ModelConfig& c, int64_t capacity, c
 
 CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const CodebookKvScheme& s)
     : cache_(codebook_cache(m.config(), capacity, s, m.stage())),
-      rope_(&m.rope()),
+      model_(&m),
       kv_heads_(m.config().num_kv_heads),
       head_dim_(m.config().head_dim),
       pre_rope_(s.key_pre_rope),
@@ -153,7 +153,7 @@ CodebookKvStore::CodebookKvStore(const Model& m, int64_t capacity, const Codeboo
   cache_.rows(0, false, 0, head_dim_);  // the kernels' head slices: throws when not byte-aligned
   SINKQ_CHECK(recent_ >= 0, "codebook KV: recent window of {} rows", recent_);
   if (recent_ > 0) {
-    SINKQ_CHECK(m.config().sliding_window == 0,
+    SINKQ_CHECK(m.config().sliding_window == 0,  // any layer's
                 "--kv-recent: the model attends a sliding window of {} tokens; the recent int8 window is built for "
                 "full attention",
                 m.config().sliding_window);
@@ -198,11 +198,11 @@ void CodebookKvStore::write(int layer, int64_t row0, const float* k, const float
   }
 }
 
-void CodebookKvStore::rope_r3(float* k, int64_t n, int64_t pos0) const {
+void CodebookKvStore::rope_r3(int layer, float* k, int64_t n, int64_t pos0) const {
   if (!pre_rope_) return;  // keys stored after RoPE (and after the k-site hook): as they are
   // What the simulator's Forward does after its k_pre_rope hook: RoPE at each row's absolute
   // position, then the k-site R3 when the model is rotated (both per row: the same bits).
-  rope_apply_cs(cs_.data() + pos0 * head_dim_, head_dim_, k, n, kv_heads_);
+  rope_apply_cs(cs(layer) + pos0 * head_dim_, head_dim_, k, n, kv_heads_);
   if (r3_) quant::fwht_inplace(k, n * kv_heads_, head_dim_);
 }
 
@@ -211,10 +211,11 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
   const int64_t n = n_past + T, KV = cache_.kv_dim();
   if (pre_rope_) {
     // cos | sin of every position seen so far, computed once (rope_cos_sin: rope_apply's values).
-    const int64_t need = prefix.rows + n, have = int64_t(cs_.size()) / head_dim_;
+    std::vector<float>& cs = cs_[model_->config().local_rope(layer)];
+    const int64_t need = prefix.rows + n, have = int64_t(cs.size()) / head_dim_;
     if (need > have) {
-      cs_.resize(size_t(need * head_dim_));
-      for (int64_t p = have; p < need; ++p) rope_cos_sin(*rope_, int32_t(p), cs_.data() + p * head_dim_);
+      cs.resize(size_t(need * head_dim_));
+      for (int64_t p = have; p < need; ++p) rope_cos_sin(model_->rope(layer), int32_t(p), cs.data() + p * head_dim_);
     }
   }
   if (ring_) return attention_recent(layer, s, q, prefix, n_past, T, out);
@@ -229,7 +230,7 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
       qb = q_.data();
     }
     lowbit::attention_codebook(s, q, qb, prefix, cache_, layer, n_past, T,
-                               pre_rope_ ? cs_.data() + prefix.rows * head_dim_ : nullptr, out);
+                               pre_rope_ ? cs(layer) + prefix.rows * head_dim_ : nullptr, out);
     return;
   }
   // Prefill chunks: decode the rows once into fp32 and run the fp32 kernel (the simulator's values
@@ -238,7 +239,7 @@ void CodebookKvStore::attention(int layer, const AttnShape& s, const float* q, c
   v_.resize(size_t(n * KV));
   cache_.dequantize(layer, false, n, k_.data());
   cache_.dequantize(layer, true, n, v_.data());
-  rope_r3(k_.data(), n, prefix.rows);
+  rope_r3(layer, k_.data(), n, prefix.rows);
   sinkq::attention(s, q, prefix, k_.data(), v_.data(), n_past, T, out);
 }
 
@@ -254,7 +255,7 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
               layer, n);
   SINKQ_CHECK(s.sliding_window == 0, "--kv-recent: sliding-window attention is not supported");
   rk_rot_.assign(rk_.begin(), rk_.end());  // the int8 rows as the prefix keys are: RoPE (+ R3)
-  rope_r3(rk_rot_.data(), recent_rows_, P + recent_row0_);
+  rope_r3(layer, rk_rot_.data(), recent_rows_, P + recent_row0_);
   auto recent_k = [&](int64_t row) { return rk_rot_.data() + (row - recent_row0_) * KV; };
   auto recent_v = [&](int64_t row) { return rv_.data() + (row - recent_row0_) * KV; };
   const bool fused = T < kFusedMaxT;
@@ -265,7 +266,7 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
     std::copy(prefix.v, prefix.v + P * KV, seg_v_.data());
     cache_.dequantize(layer, false, n, seg_k_.data() + P * KV);
     cache_.dequantize(layer, true, n, seg_v_.data() + P * KV);
-    rope_r3(seg_k_.data() + P * KV, n, P);
+    rope_r3(layer, seg_k_.data() + P * KV, n, P);
   } else {  // [prefix; recent rows]: the prefix once, the recent rows per query below
     seg_k_.resize(size_t((P + W) * KV));
     seg_v_.resize(size_t((P + W) * KV));
@@ -294,7 +295,7 @@ void CodebookKvStore::attention_recent(int layer, const AttnShape& s, const floa
     std::copy(recent_v(old), recent_v(old) + m * KV, seg_v_.data() + P * KV);
     const float* qb = pre_rope_ && r3_ ? q_.data() + i * HD : qi;
     lowbit::attention_codebook(s, qi, qb, KvSegment{seg_k_.data(), seg_v_.data(), P + m}, cache_, layer, old - 1, 1,
-                               pre_rope_ ? cs_.data() + P * head_dim_ : nullptr, oi);
+                               pre_rope_ ? cs(layer) + P * head_dim_ : nullptr, oi);
   }
 }
 

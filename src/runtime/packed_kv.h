@@ -18,6 +18,7 @@
 // is a sinkq::Error that says what and why: never a fallback to fp32 or to simulation.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -133,12 +134,13 @@ class CodebookKvStore final : public KvStore {
 
  private:
   lowbit::CodebookKvCache cache_;
-  const RopeTable* rope_;
+  const Model* model_;  // its RoPE tables (Gemma 3: two, per layer)
   int kv_heads_, head_dim_;
   bool pre_rope_, r3_;
   static constexpr int64_t kFusedMaxT = 8;
   // Keys as the attention sees them: RoPE at absolute positions pos0.. and R3 when rotated.
-  void rope_r3(float* k, int64_t n, int64_t pos0) const;
+  void rope_r3(int layer, float* k, int64_t n, int64_t pos0) const;
+  const float* cs(int layer) const { return cs_[model_->config().local_rope(layer)].data(); }
   void attention_recent(int layer, const AttnShape& s, const float* q, const KvSegment& prefix, int64_t n_past,
                         int64_t T, float* out) const;
   mutable std::vector<float> k_, v_;  // one layer's decoded rows (prefill)
@@ -152,7 +154,9 @@ class CodebookKvStore final : public KvStore {
   int recent_layer_ = -1;
   int64_t recent_row0_ = 0, recent_rows_ = 0;
   mutable std::vector<float> seg_k_, seg_v_;  // [prefix; recent rows] of one query
-  mutable std::vector<float> cs_;     // RoPE cos | sin rows of absolute positions 0.., [positions, head_dim]
+  // RoPE cos | sin rows of absolute positions 0.., [positions, head_dim]: of the model's RoPE, and
+  // of Gemma 3's local one.
+  mutable std::array<std::vector<float>, 2> cs_;
 };
 
 // Replaces fwd's body cache by a CodebookKvStore of the same capacity (between sequences).

@@ -332,7 +332,7 @@ std::string QuantizedModel::describe() const {
 size_t QuantizedModel::packed_bytes() const {
   size_t n = 0;
   for (const LayerWeights& lw : model->weights().layers)
-    for (const auto* impl : {&lw.impl.q, &lw.impl.k, &lw.impl.v, &lw.impl.o, &lw.impl.gate, &lw.impl.up, &lw.impl.down})
+    for (const auto* impl : {&lw.impl_of(LinearRole::Q), &lw.impl_of(LinearRole::K), &lw.impl_of(LinearRole::V), &lw.impl_of(LinearRole::O), &lw.impl_of(LinearRole::Gate), &lw.impl_of(LinearRole::Up), &lw.impl_of(LinearRole::Down)})
       if (const auto* p = dynamic_cast<const PackedLinear*>(impl->get())) n += p->bytes();
   const ModelWeights& w = model->weights();  // the int8 head's tables (one when tied)
   const LayerRange& st = model->stage();

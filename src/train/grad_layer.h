@@ -49,6 +49,9 @@ struct LayerSites {
 template <typename R>
 struct LayerTape {
   std::vector<R> x_in, xn1, rstd1, q, k_pre, k, v, att, probs, x_mid, xn2, rstd2, g, u, h;
+  // The family's extra ops (io/config.h LayerSpec): q / k before their norms and the norms' 1/rms
+  // (qk_norm); each block's output before its post-norm and that norm's 1/rms (post_norms).
+  std::vector<R> q_lin, k_lin, rstd_q, rstd_k, o_out, rstd_po, d_out, rstd_pd;
   std::array<std::vector<R>, kNumSites> pre;  // a static site's input (before its quantizer)
 };
 
@@ -62,10 +65,18 @@ struct LayerInput {
   const R* prefix_v = nullptr;
 };
 
+// The RoPE tables of a model's layers: one, or Gemma 3's two (its sliding layers' own base).
+struct Ropes {
+  RopeTable global, local;
+  explicit Ropes(const ModelConfig& c)
+      : global(RopeTable::make(c.rope())), local(c.rope_local_theta > 0 ? RopeTable::make(c.rope_local()) : RopeTable{}) {}
+  const RopeTable& of(const ModelConfig& c, int l) const { return c.local_rope(l) ? local : global; }
+};
+
 // x [T, hidden]: the block's input in, its output out. The tape is filled for layer_backward.
 // sites may be null (the fp block). nudge: finite-difference tests of the K / V gradients.
 template <typename R>
-void layer_forward(const ModelConfig& c, const RopeTable& rope, const typename Params<R>::Layer& w, int layer,
+void layer_forward(const ModelConfig& c, const Ropes& rope, const typename Params<R>::Layer& w, int layer,
                    const LayerInput<R>& in, std::vector<R>& x, LayerTape<R>& tape, const LayerSites<R>* sites,
                    const KvNudge& nudge = {});
 
@@ -83,7 +94,7 @@ struct LayerGrads {
 
 // dx [T, hidden]: d(block output) in, d(block input) out.
 template <typename R>
-void layer_backward(const ModelConfig& c, const RopeTable& rope, const typename Params<R>::Layer& w, int layer,
+void layer_backward(const ModelConfig& c, const Ropes& rope, const typename Params<R>::Layer& w, int layer,
                     const LayerInput<R>& in, const LayerTape<R>& tape, const LayerSites<R>* sites, std::vector<R>& dx,
                     LayerGrads<R>& g);
 

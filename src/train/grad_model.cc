@@ -77,12 +77,14 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
               std::vector<R>* dlogits, const std::vector<std::vector<R>>* layer_targets = nullptr,
               const std::vector<LayerSites<R>>* sites = nullptr) {
   check_inputs(c, p, tokens, targets, prefix, sites);
-  const RopeTable rope = RopeTable::make(c.rope());
+  const Ropes rope(c);
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, V = c.vocab_size, P = prefix ? prefix->P : 0;
   tp.pos.resize(size_t(T));
   for (int64_t t = 0; t < T; ++t) tp.pos[size_t(t)] = int32_t(P + t);
   std::vector<R> x(size_t(T * H));
   embed_forward(p.embed.data(), tokens, x.data(), H);
+  if (c.spec().embed_scale)  // Gemma: × sqrt(hidden) (fp32, as the engine)
+    for (R& v : x) v *= R(std::sqrt(float(H)));
   tp.layers.resize(size_t(c.num_layers));
   for (int l = 0; l < c.num_layers; ++l)
     layer_forward(c, rope, p.layers[size_t(l)], l, layer_input(tp, tokens, prefix, l), x, tp.layers[size_t(l)], layer_sites(sites, l),
@@ -106,8 +108,13 @@ R run_forward(const ModelConfig& c, const Params<R>& p, std::span<const int32_t>
   const std::vector<R>& head = p.lm_head.empty() ? p.embed : p.lm_head;
   tp.logits.resize(size_t(T * V));
   linear_forward(tp.xf.data(), head.data(), static_cast<const R*>(nullptr), tp.logits.data(), T, H, V);
+  if (const R cap = R(c.final_softcap); cap > 0)  // Gemma 2: cap · tanh(logits / cap)
+    for (R& v : tp.logits) v = cap * std::tanh(v / cap);
   if (dlogits) dlogits->resize(size_t(T * V));
-  return cross_entropy(tp.logits.data(), targets, V, dlogits ? dlogits->data() : nullptr);
+  const R loss = cross_entropy(tp.logits.data(), targets, V, dlogits ? dlogits->data() : nullptr);
+  if (const R cap = R(c.final_softcap); cap > 0 && dlogits)  // d tanh: 1 − (capped / cap)²
+    for (size_t i = 0; i < dlogits->size(); ++i) (*dlogits)[i] *= R(1) - (tp.logits[i] / cap) * (tp.logits[i] / cap);
+  return loss;
 }
 
 }  // namespace
@@ -131,18 +138,9 @@ Params<R> Params<R>::from_model(const Model& m) {
     for (int i = 0; i < kNumLinearRoles; ++i)
       SINKQ_CHECK(!lw.impl_of(i), "train: layer {} runs packed linears, which have no trainable weights", l);
     Layer L;
-    L.attn_norm = widen<R>(lw.attn_norm, c.hidden_size);
-    L.mlp_norm = widen<R>(lw.mlp_norm, c.hidden_size);
-    L.wq = widen<R>(lw.wq);
-    L.wk = widen<R>(lw.wk);
-    L.wv = widen<R>(lw.wv);
-    L.wo = widen<R>(lw.wo);
-    L.w_gate = widen<R>(lw.w_gate);
-    L.w_up = widen<R>(lw.w_up);
-    L.w_down = widen<R>(lw.w_down);
-    L.bq = widen<R>(lw.bq, c.q_dim());
-    L.bk = widen<R>(lw.bk, c.kv_dim());
-    L.bv = widen<R>(lw.bv, c.kv_dim());
+    for (int r = 0; r < kNumLinearRoles; ++r) L.mats[size_t(r)] = widen<R>(lw.mat(r));
+    for (const VecRoleInfo& r : kVecRoles)
+      if (has_vec(r, c)) L.vec(r.role) = widen<R>(lw.vec(r.role), vec_dim(r, c));
     p.layers.push_back(std::move(L));
   }
   return p;
@@ -164,18 +162,8 @@ void Params<R>::for_each(const std::function<void(const std::string&, std::vecto
   for (size_t l = 0; l < layers.size(); ++l) {
     Layer& L = layers[l];
     const std::string pre = fmt::format("model.layers.{}.", l);
-    visit(pre + "input_layernorm.weight", L.attn_norm);
-    visit(pre + "self_attn.q_proj.weight", L.wq);
-    visit(pre + "self_attn.q_proj.bias", L.bq);
-    visit(pre + "self_attn.k_proj.weight", L.wk);
-    visit(pre + "self_attn.k_proj.bias", L.bk);
-    visit(pre + "self_attn.v_proj.weight", L.wv);
-    visit(pre + "self_attn.v_proj.bias", L.bv);
-    visit(pre + "self_attn.o_proj.weight", L.wo);
-    visit(pre + "post_attention_layernorm.weight", L.mlp_norm);
-    visit(pre + "mlp.gate_proj.weight", L.w_gate);
-    visit(pre + "mlp.up_proj.weight", L.w_up);
-    visit(pre + "mlp.down_proj.weight", L.w_down);
+    for (const LinearRoleInfo& r : kLinearRoles) visit(pre + r.hf + ".weight", L.mat(r.role));
+    for (const VecRoleInfo& r : kVecRoles) visit(pre + r.name, L.vec(r.role));  // the schema's names
   }
   visit("model.norm.weight", final_norm);
   visit("lm_head.weight", lm_head);
@@ -223,7 +211,7 @@ Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const
   if (param_grads) g.params = p.zeros_like();
   // The weights' gradient buffers, or null (skipped) without param_grads.
   auto gp = [param_grads](std::vector<R>& v) { return param_grads && !v.empty() ? v.data() : nullptr; };
-  const RopeTable rope = RopeTable::make(c.rope());
+  const Ropes rope(c);
   const int64_t T = int64_t(tokens.size()), H = c.hidden_size, KV = c.kv_dim(), V = c.vocab_size,
                 P = prefix ? prefix->P : 0;
   g.k_pre.resize(size_t(c.num_layers));
@@ -266,6 +254,8 @@ Gradients<R> grad_impl(const ModelConfig& c, const Params<R>& p, std::span<const
     g.v_values[size_t(l)] = tp.layers[size_t(l)].v;
     if (layer_targets && l > 0) add_layer_term(l - 1);
   }
+  if (c.spec().embed_scale)
+    for (R& v : dx) v *= R(std::sqrt(float(H)));
   if (param_grads) embed_backward(dx.data(), tokens, g.params.embed.data(), H);
   return g;
 }

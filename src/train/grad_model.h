@@ -10,6 +10,7 @@
 // R = double is what finite differences check (tests/train); float is what training will run.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -29,8 +30,15 @@ struct LayerSites;  // grad_layer.h
 
 template <typename R>
 struct Params {
+  // One layer by role, as LayerWeights holds it (io/weights.h's schema): the seven linears
+  // [out, in], then the norms and biases (empty where the architecture has none).
   struct Layer {
-    std::vector<R> attn_norm, wq, bq, wk, bk, wv, bv, wo, mlp_norm, w_gate, w_up, w_down;
+    std::array<std::vector<R>, kNumLinearRoles> mats;
+    std::array<std::vector<R>, kNumVecRoles> vecs;
+    std::vector<R>& mat(LinearRole r) { return mats[size_t(r)]; }
+    const std::vector<R>& mat(LinearRole r) const { return mats[size_t(r)]; }
+    std::vector<R>& vec(VecRole r) { return vecs[size_t(r)]; }
+    const std::vector<R>& vec(VecRole r) const { return vecs[size_t(r)]; }
   };
   std::vector<R> embed, lm_head, final_norm;
   std::vector<Layer> layers;

@@ -176,16 +176,39 @@ void swiglu_backward(const R* dh, const R* g, const R* u, R* dg, R* du, int64_t 
   }
 }
 
+// ---- GeGLU (Gemma): h = gelu_tanh(g) · u ---------------------------------------------------------
+// gelu_tanh(x) = ½·x·(1 + tanh(c·(x + a·x³))), c = √(2/π), a = 0.044715.
+
+template <typename R>
+void geglu_forward(const R* g, const R* u, R* h, int64_t n) {
+  const R c = R(0.7978845608028654), a = R(0.044715);
+  for (int64_t i = 0; i < n; ++i) h[i] = R(0.5) * g[i] * (R(1) + std::tanh(c * (g[i] + a * g[i] * g[i] * g[i]))) * u[i];
+}
+
+// gelu_tanh'(x) = ½·(1 + th) + ½·x·(1 − th²)·c·(1 + 3a·x²), th = tanh(c·(x + a·x³)).
+template <typename R>
+void geglu_backward(const R* dh, const R* g, const R* u, R* dg, R* du, int64_t n) {
+  const R c = R(0.7978845608028654), a = R(0.044715);
+  for (int64_t i = 0; i < n; ++i) {
+    const R x = g[i], th = std::tanh(c * (x + a * x * x * x));
+    const R gelu = R(0.5) * x * (R(1) + th);
+    if (dg) dg[i] += dh[i] * u[i] * (R(0.5) * (R(1) + th) + R(0.5) * x * (R(1) - th * th) * c * (R(1) + R(3) * a * x * x));
+    if (du) du[i] += dh[i] * gelu;
+  }
+}
+
 // ---- causal GQA attention over [prefix; sequence] -----------------------------------------------
 //
 // q [T, nh, D] and k, v [T, nkv, D] of the sequence (after RoPE), the prefix's pk, pv [P, nkv, D]
 // (P = 0: none) at positions 0..P−1, the sequence at P..P+T−1. Query t attends keys j of
 // [prefix; sequence] with j <= P + t (and P + t − j < window when window > 0). Head h uses kv head
 // h / (nh / nkv). probs [nh, T, P + T] keeps the softmax (zeros where masked) for the backward.
+// Scores: scale·q·k (scale 0: 1/√D), then softcap·tanh(·/softcap) when softcap > 0 (Gemma 2).
 
 struct AttnDims {
   int nh = 0, nkv = 0, D = 0;
   int window = 0;
+  double scale = 0, softcap = 0;
   int64_t P = 0, T = 0;
   int64_t keys() const { return P + T; }
   bool visible(int64_t t, int64_t j) const { return j >= first(t) && j <= last(t); }
@@ -202,7 +225,7 @@ const R* key_row(const AttnDims& a, const R* pk, const R* k, int64_t j, int kvh)
 template <typename R>
 void attention_forward(const AttnDims& a, const R* q, const R* k, const R* v, const R* pk, const R* pv, R* out,
                        R* probs) {
-  const R scale = R(1) / std::sqrt(R(a.D));
+  const R scale = a.scale > 0 ? R(a.scale) : R(1) / std::sqrt(R(a.D)), cap = R(a.softcap);
   const int group = a.nh / a.nkv;
   const int64_t NK = a.keys();
 #pragma omp parallel for collapse(2) schedule(static) if (a.T * NK * a.nh * a.D > (1 << 18))
@@ -219,6 +242,7 @@ void attention_forward(const AttnDims& a, const R* q, const R* k, const R* v, co
         R s = 0;
         for (int d = 0; d < a.D; ++d) s += qr[d] * kr[d];
         p[j] = s * scale;
+        if (cap > 0) p[j] = cap * std::tanh(p[j] / cap);
         mx = std::max(mx, p[j]);
       }
       R sum = 0;
@@ -236,12 +260,13 @@ void attention_forward(const AttnDims& a, const R* q, const R* k, const R* v, co
 
 // With dp_tj = dout_t·v_j and ds_tj = p_tj·(dp_tj − Σ_j' p_tj'·dp_tj'):
 //   dv_j += Σ_t p_tj·dout_t;  dq_t += scale·Σ_j ds_tj·k_j;  dk_j += scale·Σ_t ds_tj·q_t
+// (with a soft-cap, ds_tj also × (1 − tanh²(scale·q_t·k_j / cap)), the score recomputed)
 // (j < P: into dpk / dpv, the prefix's gradients; null skips them). One thread per kv head:
 // the heads of one group write the same dk / dv rows.
 template <typename R>
 void attention_backward(const AttnDims& a, const R* dout, const R* q, const R* k, const R* v, const R* pk,
                         const R* pv, const R* probs, R* dq, R* dk, R* dv, R* dpk, R* dpv) {
-  const R scale = R(1) / std::sqrt(R(a.D));
+  const R scale = a.scale > 0 ? R(a.scale) : R(1) / std::sqrt(R(a.D)), cap = R(a.softcap);
   const int group = a.nh / a.nkv;
   const int64_t NK = a.keys();
 #pragma omp parallel for schedule(static) if (a.T * NK * a.nh * a.D > (1 << 18))
@@ -264,8 +289,14 @@ void attention_backward(const AttnDims& a, const R* dout, const R* q, const R* k
         }
         for (int64_t j = j0; j <= j1; ++j) {
           const R pj = p[j];
-          const R ds = pj * (dp[size_t(j)] - dot) * scale;
+          R ds = pj * (dp[size_t(j)] - dot) * scale;
           const R* kr = key_row(a, pk, k, j, kvh);
+          if (cap > 0) {
+            R s = 0;
+            for (int d = 0; d < a.D; ++d) s += qr[d] * kr[d];
+            const R th = std::tanh(s * scale / cap);
+            ds *= R(1) - th * th;
+          }
           R* dkr = j < a.P ? (dpk ? dpk + (j * a.nkv + kvh) * a.D : nullptr) : dk + ((j - a.P) * a.nkv + kvh) * a.D;
           R* dvr = j < a.P ? (dpv ? dpv + (j * a.nkv + kvh) * a.D : nullptr) : dv + ((j - a.P) * a.nkv + kvh) * a.D;
           if (dqr)

@@ -52,7 +52,7 @@ TEST(GoldenSmolLM2, ConfigFromGgufMetadata) {
   EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
   EXPECT_TRUE(c.tie_word_embeddings);
   EXPECT_EQ(c.bos_token_id, 1);
-  EXPECT_EQ(smol().model->weights().parameter_count(), 134515008);  // README
+  EXPECT_EQ(smol().model->weights().parameter_count(smol().model->config()), 134515008);  // README
   EXPECT_EQ(smol().tok->bos_id(), 1);
   EXPECT_EQ(smol().tok->eos_id(), 2);
   EXPECT_FALSE(smol().tok->add_bos());

@@ -152,8 +152,12 @@ TEST(Config, Qwen2) {
   EXPECT_EQ(ModelConfig::from_json(j, kSrc).sliding_window, 4096);
   j["max_window_layers"] = 28;  // >= 24 layers: no layer windowed
   EXPECT_EQ(ModelConfig::from_json(j, kSrc).sliding_window, 0);
-  j["max_window_layers"] = 21;
-  EXPECT_THAT(err(j), AllOf(HasSubstr(kSrc), HasSubstr("max_window_layers"), HasSubstr("not supported")));
+  j["max_window_layers"] = 21;  // layers 21..23 windowed (HF: i >= max_window_layers), the rest full
+  const ModelConfig mixed = ModelConfig::from_json(j, kSrc);
+  EXPECT_EQ(mixed.window(20), 0);
+  EXPECT_EQ(mixed.window(21), 4096);
+  EXPECT_EQ(mixed.window(23), 4096);
+  EXPECT_EQ(ModelConfig::from_json(mixed.to_json(), kSrc), mixed);  // written as layer_types
 }
 
 TEST(Config, MistralSlidingWindow) {
@@ -212,7 +216,8 @@ TEST(Config, UnknownArchitecture) {
   json j = llama31();
   j["architectures"] = {"GPT2LMHeadModel"};
   EXPECT_EQ(err(j), std::string("unsupported architecture 'GPT2LMHeadModel' in ") + kSrc +
-                        ": supported are LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM");
+                        ": supported are LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                        "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM");
   j.erase("architectures");
   EXPECT_THAT(err(j), AllOf(HasSubstr(kSrc), HasSubstr("'architectures' is missing")));
   j["architectures"] = json::array();
@@ -241,7 +246,7 @@ TEST(Config, FieldRejections) {
       {"rope_theta", "big", "'rope_theta' must be a number"},
       {"rope_theta", 1e-300, "'rope_theta' 1e-300 is too small for fp32"},  // was taken as 0
       {"rms_norm_eps", 1e-40, "'rms_norm_eps' 1e-40 is too small for fp32"},  // a subnormal
-      {"hidden_act", "gelu", "'hidden_act' is 'gelu'; only silu is supported"},
+      {"hidden_act", "gelu", "'hidden_act' is 'gelu'; silu is supported for LlamaForCausalLM"},
       {"tie_word_embeddings", 1, "'tie_word_embeddings' must be true or false"},
       {"eos_token_id", 200000, "'eos_token_id' holds id 200000 outside [0, vocab_size 128256)"},
       {"bos_token_id", json::array({1, 2}), "'bos_token_id' lists several ids"},

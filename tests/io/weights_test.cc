@@ -69,26 +69,26 @@ void check_roundtrip(const TinyModelSpec& s) {
   for (int i = 0; i < s.layers; ++i) {
     const LayerWeights& L = w.layers[size_t(i)];
     const std::string p = fmt::format("model.layers.{}.", i);
-    expect_vec(L.attn_norm, want, p + "input_layernorm.weight");
-    expect_vec(L.mlp_norm, want, p + "post_attention_layernorm.weight");
-    expect_mat(L.wq, want, p + "self_attn.q_proj.weight");
-    expect_mat(L.wk, want, p + "self_attn.k_proj.weight");
-    expect_mat(L.wv, want, p + "self_attn.v_proj.weight");
-    expect_mat(L.wo, want, p + "self_attn.o_proj.weight");
-    expect_mat(L.w_gate, want, p + "mlp.gate_proj.weight");
-    expect_mat(L.w_up, want, p + "mlp.up_proj.weight");
-    expect_mat(L.w_down, want, p + "mlp.down_proj.weight");
-    EXPECT_EQ(L.wq.rows, c.q_dim());
-    EXPECT_EQ(L.wk.rows, c.kv_dim());
-    EXPECT_EQ(L.wo.cols, c.q_dim());
+    expect_vec(L.vec(VecRole::AttnNorm), want, p + "input_layernorm.weight");
+    expect_vec(L.vec(VecRole::MlpNorm), want, p + "post_attention_layernorm.weight");
+    expect_mat(L.mat(LinearRole::Q), want, p + "self_attn.q_proj.weight");
+    expect_mat(L.mat(LinearRole::K), want, p + "self_attn.k_proj.weight");
+    expect_mat(L.mat(LinearRole::V), want, p + "self_attn.v_proj.weight");
+    expect_mat(L.mat(LinearRole::O), want, p + "self_attn.o_proj.weight");
+    expect_mat(L.mat(LinearRole::Gate), want, p + "mlp.gate_proj.weight");
+    expect_mat(L.mat(LinearRole::Up), want, p + "mlp.up_proj.weight");
+    expect_mat(L.mat(LinearRole::Down), want, p + "mlp.down_proj.weight");
+    EXPECT_EQ(L.mat(LinearRole::Q).rows, c.q_dim());
+    EXPECT_EQ(L.mat(LinearRole::K).rows, c.kv_dim());
+    EXPECT_EQ(L.mat(LinearRole::O).cols, c.q_dim());
     if (c.qkv_bias) {
-      expect_vec(L.bq, want, p + "self_attn.q_proj.bias");
-      expect_vec(L.bk, want, p + "self_attn.k_proj.bias");
-      expect_vec(L.bv, want, p + "self_attn.v_proj.bias");
+      expect_vec(L.vec(VecRole::QBias), want, p + "self_attn.q_proj.bias");
+      expect_vec(L.vec(VecRole::KBias), want, p + "self_attn.k_proj.bias");
+      expect_vec(L.vec(VecRole::VBias), want, p + "self_attn.v_proj.bias");
     } else {
-      EXPECT_EQ(L.bq, nullptr);
-      EXPECT_EQ(L.bk, nullptr);
-      EXPECT_EQ(L.bv, nullptr);
+      EXPECT_EQ(L.vec(VecRole::QBias), nullptr);
+      EXPECT_EQ(L.vec(VecRole::KBias), nullptr);
+      EXPECT_EQ(L.vec(VecRole::VBias), nullptr);
     }
   }
   expect_vec(w.final_norm, want, "model.norm.weight");
@@ -97,7 +97,7 @@ void check_roundtrip(const TinyModelSpec& s) {
   } else {
     expect_mat(w.lm_head, want, "lm_head.weight");
   }
-  EXPECT_EQ(w.parameter_count(), expected_params(s));
+  EXPECT_EQ(w.parameter_count(c), expected_params(s));
 }
 
 // dtype x tied x shards
@@ -186,15 +186,15 @@ TEST(Weights, MissingTensor) {
   s.architecture = "Qwen2ForCausalLM";
   EXPECT_THAT(load_error(s, [](auto& ts) { ts.erase("model.layers.0.self_attn.k_proj.bias"); }),
               HasSubstr("missing tensor 'model.layers.0.self_attn.k_proj.bias'"));
-  TinyModelSpec more;  // config says 3 layers, files have 2: refused before any layer is allocated
-  EXPECT_THAT(load_error(more, [](auto&) {}, [](json& c) { c["num_hidden_layers"] = 3; }),
-              AllOf(HasSubstr("num_hidden_layers 3 needs at least 27 tensors"), HasSubstr("hold 21")));
+  TinyModelSpec more;  // config says 4 layers, files have 2: refused before any layer is allocated
+  EXPECT_THAT(load_error(more, [](auto&) {}, [](json& c) { c["num_hidden_layers"] = 4; }),
+              AllOf(HasSubstr("num_hidden_layers 4 needs at least 28 tensors"), HasSubstr("hold 21")));
   // With enough tensors in the files (an extra one of layer 2), the first missing one is named.
   EXPECT_THAT(load_error(more, [](auto& ts) {
                 ts["model.layers.2.mlp.down_proj.weight"] = ts.at("model.layers.1.mlp.down_proj.weight");
                 for (int k = 0; k < 6; ++k) ts[fmt::format("x.{}", k)] = ts.at("model.norm.weight");
               }, [](json& c) { c["num_hidden_layers"] = 3; }),
-              HasSubstr("missing tensor 'model.layers.2.input_layernorm.weight'"));
+              HasSubstr("missing tensor 'model.layers.2.self_attn.q_proj.weight'"));
 }
 
 TEST(Weights, ExtraTensors) {
@@ -261,8 +261,8 @@ TEST(Weights, MisalignedTensorsAreCopiedAligned) {
   write_file_atomic(d.file("model.safetensors"), sinkq::testing::raw_safetensors(header, data));
   write_file_atomic(d.file("config.json"), sinkq::testing::tiny_model_config(s).dump());
   ModelFiles mf = ModelFiles::load(d.path());
-  expect_mat(mf.weights.layers[0].wq, ts, "model.layers.0.self_attn.q_proj.weight");
-  expect_vec(mf.weights.layers[0].attn_norm, ts, "model.layers.0.input_layernorm.weight");
+  expect_mat(mf.weights.layers[0].mat(LinearRole::Q), ts, "model.layers.0.self_attn.q_proj.weight");
+  expect_vec(mf.weights.layers[0].vec(VecRole::AttnNorm), ts, "model.layers.0.input_layernorm.weight");
   expect_mat(mf.weights.lm_head, ts, "lm_head.weight");
 }
 
@@ -272,10 +272,10 @@ TEST(Weights, ZeroCopyForAlignedFiles) {
   sinkq::testing::write_tiny_model(d.path(), s);
   ModelFiles mf = ModelFiles::load(d.path());
   const TensorInfo& t = mf.weights.store.get("model.layers.0.mlp.down_proj.weight");
-  EXPECT_EQ(mf.weights.layers[0].w_down.data, static_cast<const void*>(t.data));
+  EXPECT_EQ(mf.weights.layers[0].mat(LinearRole::Down).data, static_cast<const void*>(t.data));
   EXPECT_EQ(mf.weights.owned.size(), size_t(2 * s.layers + 1));  // only the norms
   ModelWeights moved = std::move(mf.weights);  // pointers stay valid after a move
-  EXPECT_EQ(moved.layers[0].attn_norm, moved.owned.front().data());
+  EXPECT_EQ(moved.layers[0].vec(VecRole::AttnNorm), moved.owned.front().data());
 }
 
 TEST(ModelFiles, DirectoryErrors) {
@@ -321,22 +321,22 @@ TEST(TinyModel, WriterLayoutAndDeterminism) {
 
 TEST(RealModels, Stories260K) {
   ModelFiles mf = ModelFiles::load(sinkq::testing::shared_dir() + "/models/stories260K");
-  EXPECT_EQ(mf.weights.parameter_count(), 260032);  // its README: 260K parameters
+  EXPECT_EQ(mf.weights.parameter_count(mf.config), 260032);  // its README: 260K parameters
   EXPECT_EQ(mf.weights.layers.size(), 5u);
   EXPECT_EQ(mf.weights.lm_head.data, mf.weights.embed.data);
-  EXPECT_EQ(mf.weights.layers[4].wk.rows, 32);
-  EXPECT_EQ(mf.weights.layers[4].w_down.cols, 172);
+  EXPECT_EQ(mf.weights.layers[4].mat(LinearRole::K).rows, 32);
+  EXPECT_EQ(mf.weights.layers[4].mat(LinearRole::Down).cols, 172);
 }
 
 TEST(RealModels, Mixtext) {
   ModelFiles mf = ModelFiles::load(sinkq::testing::shared_dir() + "/models/mixtext-2.5M");
   int64_t in_files = 0;  // independent count: every tensor in the file once (untied)
   for (const TensorInfo* t : mf.weights.store.all()) in_files += t->numel();
-  EXPECT_EQ(mf.weights.parameter_count(), in_files);
-  EXPECT_EQ(mf.weights.parameter_count(), 2558400);  // README: 2.56M
+  EXPECT_EQ(mf.weights.parameter_count(mf.config), in_files);
+  EXPECT_EQ(mf.weights.parameter_count(mf.config), 2558400);  // README: 2.56M
   EXPECT_NE(mf.weights.lm_head.data, mf.weights.embed.data);
-  EXPECT_EQ(mf.weights.layers[0].wq.rows, 192);
-  EXPECT_EQ(mf.weights.layers[0].wk.rows, 64);
+  EXPECT_EQ(mf.weights.layers[0].mat(LinearRole::Q).rows, 192);
+  EXPECT_EQ(mf.weights.layers[0].mat(LinearRole::K).rows, 64);
   EXPECT_EQ(mf.config.head_dim, 32);
 }
 

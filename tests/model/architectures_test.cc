@@ -85,14 +85,14 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& i
   std::vector<Vec> h(T);
   for (size_t t = 0; t < T; ++t) h[t] = Vec(emb.begin() + long(ids[t] * H), emb.begin() + long((ids[t] + 1) * H));
   for (const LayerWeights& L : w.layers) {
-    const Vec wq = widen(L.wq), wk = widen(L.wk), wv = widen(L.wv), wo = widen(L.wo);
-    const Vec wg = widen(L.w_gate), wu = widen(L.w_up), wd = widen(L.w_down);
+    const Vec wq = widen(L.mat(LinearRole::Q)), wk = widen(L.mat(LinearRole::K)), wv = widen(L.mat(LinearRole::V)), wo = widen(L.mat(LinearRole::O));
+    const Vec wg = widen(L.mat(LinearRole::Gate)), wu = widen(L.mat(LinearRole::Up)), wd = widen(L.mat(LinearRole::Down));
     std::vector<Vec> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
-      const Vec xn = rmsnorm(h[t], L.attn_norm, c.rms_norm_eps);
-      q[t] = linear(wq, c.q_dim(), H, xn, L.bq);
-      k[t] = linear(wk, c.kv_dim(), H, xn, L.bk);
-      v[t] = linear(wv, c.kv_dim(), H, xn, L.bv);
+      const Vec xn = rmsnorm(h[t], L.vec(VecRole::AttnNorm), c.rms_norm_eps);
+      q[t] = linear(wq, c.q_dim(), H, xn, L.vec(VecRole::QBias));
+      k[t] = linear(wk, c.kv_dim(), H, xn, L.vec(VecRole::KBias));
+      v[t] = linear(wv, c.kv_dim(), H, xn, L.vec(VecRole::VBias));
       for (int hh = 0; hh < c.num_heads; ++hh) rope(c, invf, q[t].data() + hh * D, int(t));
       for (int hh = 0; hh < c.num_kv_heads; ++hh) rope(c, invf, k[t].data() + hh * D, int(t));
     }
@@ -116,7 +116,7 @@ std::vector<Vec> reference_forward(const Model& m, const std::vector<int32_t>& i
       }
       const Vec ao = linear(wo, H, c.q_dim(), o, nullptr);
       for (int64_t i = 0; i < H; ++i) h[t][size_t(i)] += ao[size_t(i)];
-      const Vec xn = rmsnorm(h[t], L.mlp_norm, c.rms_norm_eps);
+      const Vec xn = rmsnorm(h[t], L.vec(VecRole::MlpNorm), c.rms_norm_eps);
       Vec g = linear(wg, I, H, xn, nullptr);
       const Vec u = linear(wu, I, H, xn, nullptr);
       for (int64_t i = 0; i < I; ++i) g[size_t(i)] = g[size_t(i)] / (1 + std::exp(-g[size_t(i)])) * u[size_t(i)];

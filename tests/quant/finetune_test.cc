@@ -86,7 +86,7 @@ TEST(Finetune, TrainingForwardIsTheEngines) {
     std::memcpy(x.data() + t * H, p.embed.data() + int64_t(toks[size_t(t)]) * H, size_t(H) * 4);
   std::vector<int32_t> pos(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = int32_t(pre.P + t);
-  const RopeTable rope = RopeTable::make(mc.rope());
+  const train::Ropes rope(mc);
   double worst = 0;
   for (int l = 0; l < mc.num_layers; ++l) {
     train::LayerInput<float> in;
@@ -132,8 +132,8 @@ TEST(Finetune, LowersBlockErrorMovesEveryParameterAndIsDeterministic) {
   EXPECT_LT(sum_after, 0.97 * sum_before);
   // The weights moved (and stay on a 4-bit grid: the packer checks that), every static scale moved.
   for (int l = 0; l < stories()->config().num_layers; ++l) {
-    const Mat& wa = a.model->weights().layers[size_t(l)].w_down;
-    const Mat& wb = b.model->weights().layers[size_t(l)].w_down;
+    const Mat& wa = a.model->weights().layers[size_t(l)].mat(LinearRole::Down);
+    const Mat& wb = b.model->weights().layers[size_t(l)].mat(LinearRole::Down);
     EXPECT_NE(std::memcmp(wa.data, wb.data, size_t(wa.rows * wa.cols) * 4), 0) << l;
   }
   ASSERT_EQ(a.statics.size(), b.statics.size());
@@ -146,8 +146,8 @@ TEST(Finetune, LowersBlockErrorMovesEveryParameterAndIsDeterministic) {
   EXPECT_EQ(std::memcmp(a.prefix->segment(0).k, b.prefix->segment(0).k, size_t(a.prefix->kv_dim()) * 4), 0);
   // Deterministic.
   const SimModel again = build_sim(stories(), w4a8kv4(3), c);
-  const Mat& w1 = a.model->weights().layers[1].wq;
-  const Mat& w2 = again.model->weights().layers[1].wq;
+  const Mat& w1 = a.model->weights().layers[1].mat(LinearRole::Q);
+  const Mat& w2 = again.model->weights().layers[1].mat(LinearRole::Q);
   EXPECT_EQ(std::memcmp(w1.data, w2.data, size_t(w1.rows * w1.cols) * 4), 0);
   for (size_t k = 0; k < a.statics.size(); ++k) EXPECT_EQ(a.statics[k].params.scale, again.statics[k].params.scale);
   // The recipe round-trips with its settings.

@@ -58,8 +58,8 @@ TEST(IntactKvCal, TrainingLowersTheObjectiveAndOnlyMovesThePrefix) {
   ASSERT_EQ(a.prefix->tokens(), b.prefix->tokens());
   const KvSegment sa = a.prefix->segment(0), sb = b.prefix->segment(0);
   EXPECT_NE(std::memcmp(sa.k, sb.k, size_t(a.prefix->kv_dim()) * 4), 0);
-  const Mat& wa = a.model->weights().layers[0].wq;
-  const Mat& wb = b.model->weights().layers[0].wq;
+  const Mat& wa = a.model->weights().layers[0].mat(LinearRole::Q);
+  const Mat& wb = b.model->weights().layers[0].mat(LinearRole::Q);
   EXPECT_EQ(std::memcmp(wa.data, wb.data, size_t(wa.rows * wa.cols) * 4), 0);
   // Deterministic.
   const SimModel again = build_sim(stories(), w3_bos(6), c);

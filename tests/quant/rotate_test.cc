@@ -234,22 +234,22 @@ TEST(RotateWeights, FusedMatricesFollowTheDocumentedFormulas) {
     const LayerWeights& s = a.layers[static_cast<size_t>(l)];
     const LayerWeights& d = b.layers[static_cast<size_t>(l)];
     const Dense R2(r2_rotation(c, kRot, l).matrix(), hd, hd);
-    const Dense gA = diag(s.attn_norm, H), gM = diag(s.mlp_norm, H);
-    EXPECT_LE(rel_diff(d.wq, mul(mul(of(s.wq), gA), Q)), kTol);
-    EXPECT_LE(rel_diff(d.wk, mul(mul(of(s.wk), gA), Q)), kTol);
-    EXPECT_LE(rel_diff(d.wv, mul(mul(block_diag(transposed(R2), c.num_kv_heads), mul(of(s.wv), gA)), Q)), kTol);
-    EXPECT_LE(rel_diff(d.wo, mul(mul(Qt, of(s.wo)), block_diag(R2, c.num_heads))), kTol);
-    EXPECT_LE(rel_diff(d.w_gate, mul(mul(of(s.w_gate), gM), Q)), kTol);
-    EXPECT_LE(rel_diff(d.w_up, mul(mul(of(s.w_up), gM), Q)), kTol);
-    EXPECT_LE(rel_diff(d.w_down, mul(mul(Qt, of(s.w_down)), R4)), kTol);
+    const Dense gA = diag(s.vec(VecRole::AttnNorm), H), gM = diag(s.vec(VecRole::MlpNorm), H);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::Q), mul(mul(of(s.mat(LinearRole::Q)), gA), Q)), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::K), mul(mul(of(s.mat(LinearRole::K)), gA), Q)), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::V), mul(mul(block_diag(transposed(R2), c.num_kv_heads), mul(of(s.mat(LinearRole::V)), gA)), Q)), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::O), mul(mul(Qt, of(s.mat(LinearRole::O))), block_diag(R2, c.num_heads))), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::Gate), mul(mul(of(s.mat(LinearRole::Gate)), gM), Q)), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::Up), mul(mul(of(s.mat(LinearRole::Up)), gM), Q)), kTol);
+    EXPECT_LE(rel_diff(d.mat(LinearRole::Down), mul(mul(Qt, of(s.mat(LinearRole::Down))), R4)), kTol);
     // Biases: q/k untouched (shared), v rotated per kv head.
-    EXPECT_EQ(d.bq, s.bq);
-    EXPECT_EQ(d.bk, s.bk);
-    const Dense bv = mul(Dense(std::vector<float>(s.bv, s.bv + c.kv_dim()), c.num_kv_heads, hd), R2);
-    for (int64_t i = 0; i < c.kv_dim(); ++i) EXPECT_NEAR(d.bv[i], bv.v[static_cast<size_t>(i)], 1e-6) << i;
+    EXPECT_EQ(d.vec(VecRole::QBias), s.vec(VecRole::QBias));
+    EXPECT_EQ(d.vec(VecRole::KBias), s.vec(VecRole::KBias));
+    const Dense bv = mul(Dense(std::vector<float>(s.vec(VecRole::VBias), s.vec(VecRole::VBias) + c.kv_dim()), c.num_kv_heads, hd), R2);
+    for (int64_t i = 0; i < c.kv_dim(); ++i) EXPECT_NEAR(d.vec(VecRole::VBias)[i], bv.v[static_cast<size_t>(i)], 1e-6) << i;
     for (int64_t i = 0; i < H; ++i) {
-      EXPECT_EQ(d.attn_norm[i], 1.0f);
-      EXPECT_EQ(d.mlp_norm[i], 1.0f);
+      EXPECT_EQ(d.vec(VecRole::AttnNorm)[i], 1.0f);
+      EXPECT_EQ(d.vec(VecRole::MlpNorm)[i], 1.0f);
     }
   }
   for (int64_t i = 0; i < H; ++i) EXPECT_EQ(b.final_norm[i], 1.0f);
@@ -461,8 +461,8 @@ std::vector<std::vector<float>> all_weights(const Model& m) {
   const ModelWeights& w = m.weights();
   std::vector<std::vector<float>> out{widened(w.embed), widened(w.lm_head)};
   for (const LayerWeights& l : w.layers) {
-    for (const Mat* x : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) out.push_back(widened(*x));
-    if (l.bv) out.emplace_back(l.bv, l.bv + c.kv_dim());
+    for (const Mat* x : {&l.mat(LinearRole::Q), &l.mat(LinearRole::K), &l.mat(LinearRole::V), &l.mat(LinearRole::O), &l.mat(LinearRole::Gate), &l.mat(LinearRole::Up), &l.mat(LinearRole::Down)}) out.push_back(widened(*x));
+    if (l.vec(VecRole::VBias)) out.emplace_back(l.vec(VecRole::VBias), l.vec(VecRole::VBias) + c.kv_dim());
   }
   return out;
 }

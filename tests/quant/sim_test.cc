@@ -113,11 +113,11 @@ TEST(Sim, WeightFakeQuantIsTheLibraryQuantizer) {
       EXPECT_EQ(b.lm_head.data, a.lm_head.data);
       EXPECT_EQ(b.final_norm, a.final_norm);
       for (size_t l = 0; l < a.layers.size(); ++l) {
-        EXPECT_EQ(b.layers[l].attn_norm, a.layers[l].attn_norm);
-        const Mat* ma[] = {&a.layers[l].wq, &a.layers[l].wk, &a.layers[l].wv, &a.layers[l].wo,
-                           &a.layers[l].w_gate, &a.layers[l].w_up, &a.layers[l].w_down};
-        const Mat* mb[] = {&b.layers[l].wq, &b.layers[l].wk, &b.layers[l].wv, &b.layers[l].wo,
-                           &b.layers[l].w_gate, &b.layers[l].w_up, &b.layers[l].w_down};
+        EXPECT_EQ(b.layers[l].vec(VecRole::AttnNorm), a.layers[l].vec(VecRole::AttnNorm));
+        const Mat* ma[] = {&a.layers[l].mat(LinearRole::Q), &a.layers[l].mat(LinearRole::K), &a.layers[l].mat(LinearRole::V), &a.layers[l].mat(LinearRole::O),
+                           &a.layers[l].mat(LinearRole::Gate), &a.layers[l].mat(LinearRole::Up), &a.layers[l].mat(LinearRole::Down)};
+        const Mat* mb[] = {&b.layers[l].mat(LinearRole::Q), &b.layers[l].mat(LinearRole::K), &b.layers[l].mat(LinearRole::V), &b.layers[l].mat(LinearRole::O),
+                           &b.layers[l].mat(LinearRole::Gate), &b.layers[l].mat(LinearRole::Up), &b.layers[l].mat(LinearRole::Down)};
         for (size_t i = 0; i < 7; ++i) {
           auto want = widened(*ma[i]);
           QuantSpec s;
@@ -142,18 +142,18 @@ TEST(Sim, WeightGroups) {
   const auto q = fake_quantize_weights(stories(), c);
   const LayerWeights& a = stories()->weights().layers[2];
   const LayerWeights& b = q->weights().layers[2];
-  ASSERT_EQ(a.wq.cols, 64);
-  auto want = widened(a.wq);
+  ASSERT_EQ(a.mat(LinearRole::Q).cols, 64);
+  auto want = widened(a.mat(LinearRole::Q));
   QuantSpec s;
   s.bits = 4;
   s.granularity = Granularity::PerGroup;
   s.group_size = 32;
-  fake_quant_dynamic(s, want.data(), a.wq.rows, 64);
-  EXPECT_TRUE(bit_equal(widened(b.wq), want));
+  fake_quant_dynamic(s, want.data(), a.mat(LinearRole::Q).rows, 64);
+  EXPECT_TRUE(bit_equal(widened(b.mat(LinearRole::Q)), want));
 
-  ASSERT_EQ(a.w_down.cols, 172);
-  const int64_t R = a.w_down.rows;
-  const auto full = widened(a.w_down);
+  ASSERT_EQ(a.mat(LinearRole::Down).cols, 172);
+  const int64_t R = a.mat(LinearRole::Down).rows;
+  const auto full = widened(a.mat(LinearRole::Down));
   std::vector<float> head(size_t(R * 160)), tail(size_t(R * 12));
   for (int64_t r = 0; r < R; ++r) {
     std::copy(full.begin() + r * 172, full.begin() + r * 172 + 160, head.begin() + r * 160);
@@ -163,7 +163,7 @@ TEST(Sim, WeightGroups) {
   QuantSpec row = s;
   row.granularity = Granularity::PerRow;
   fake_quant_dynamic(row, tail.data(), R, 12);
-  const auto got = widened(b.w_down);
+  const auto got = widened(b.mat(LinearRole::Down));
   for (int64_t r = 0; r < R; ++r)
     for (int64_t j = 0; j < 172; ++j)
       ASSERT_EQ(got[size_t(r * 172 + j)], j < 160 ? head[size_t(r * 160 + j)] : tail[size_t(r * 12 + j - 160)]);
@@ -171,9 +171,9 @@ TEST(Sim, WeightGroups) {
   c.w.group = 128;  // > 64 = in of q_proj: one group per row = per channel
   EXPECT_EQ(weight_spec(c.w, 64).granularity, Granularity::PerRow);
   const auto q128 = fake_quantize_weights(stories(), c);
-  auto pc = widened(a.wq);
-  fake_quant_dynamic(row, pc.data(), a.wq.rows, 64);
-  EXPECT_TRUE(bit_equal(widened(q128->weights().layers[2].wq), pc));
+  auto pc = widened(a.mat(LinearRole::Q));
+  fake_quant_dynamic(row, pc.data(), a.mat(LinearRole::Q).rows, 64);
+  EXPECT_TRUE(bit_equal(widened(q128->weights().layers[2].mat(LinearRole::Q)), pc));
 }
 
 // KV 4-bit per head: every cached K (and V) row takes at most 2^4 distinct values per head, and

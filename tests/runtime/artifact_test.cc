@@ -467,7 +467,7 @@ TEST(Artifact, ChecksumsCatchWhatTheStructureAllows) {
 TEST(Artifact, SizesAgainstFp16) {
   for (const char* name : {"stories260K", "mixtext-2.5M"}) {
     const auto base = load(name);
-    const double fp16 = 2.0 * double(base->weights().parameter_count());
+    const double fp16 = 2.0 * double(base->weights().parameter_count(base->config()));
     for (const char* preset : {"w8a8", "w4a8"}) {
       quant::Recipe c = config("w8a8");
       if (std::string(preset) == "w4a8") c.w.bits = 4;
@@ -486,6 +486,34 @@ TEST(Artifact, SizesAgainstFp16) {
         }
       }
     }
+  }
+}
+
+}  // namespace
+}  // namespace sinkq::runtime
+
+namespace sinkq::runtime {
+namespace {
+
+// The artifact of every family (tests/data/families): its norms and biases written and read by
+// the layer schema under the family's own names (Gemma's post-norms, q/k norms), the config's
+// per-layer windows, soft-caps and RoPE bases back from config.json: the same logits bit for bit.
+TEST(Artifact, EveryFamilyRoundTrips) {
+  for (const char* family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+    SCOPED_TRACE(family);
+    const std::string dir = std::string(SINKQ_SOURCE_DIR) + "/tests/data/families/" + family;
+    const auto base = Model::load(dir);
+    quant::Recipe c = config("w4a8kv4", !base->config().spec().post_norms);
+    c.w.group = 32;
+    const QuantizedModel qm = quantize(base, c);
+    testing::TempDir tmp;
+    const std::string out = tmp.file("art");
+    write_artifact(qm, dir, out);
+    const QuantizedModel back = load_artifact(out);
+    EXPECT_EQ(back.model->config(), base->config());
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 30; ++i) toks.push_back(int32_t(1 + (i * 37) % 95));
+    EXPECT_TRUE(bit_equal(logits(back, toks), logits(qm, toks)));
   }
 }
 

@@ -314,5 +314,42 @@ TEST(Rewind, EveryRewindableStoreDropsTheRowsPastIt) {
   EXPECT_NE(testing::error_of([&] { ring->truncate(5); }).find("cannot be rewound"), std::string::npos);
 }
 
+// KVQuant (Fisher-weighted nuq4 codebooks of pre-RoPE keys and per-token values, 1% outliers:
+// the Fisher information comes from the training backward of every family's ops) on every family
+// of tests/data/families: the store against the simulator's codec hooks as above (windows of 8 /
+// 12 rows in 40 tokens, Gemma 3's per-layer RoPE bases applied after decoding). Active ISA only.
+TEST(CodebookKvStore, KvQuantOnEveryFamily) {
+  for (const char* family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+    SCOPED_TRACE(family);
+    const auto m = Model::load(std::string(SINKQ_SOURCE_DIR) + "/tests/data/families/" + family);
+    quant::Recipe cfg = quant::Recipe::from_preset("kvquant-4bit-1pct");
+    cfg.prefix.spec = "ids:5";  // the fixtures have no BOS: the first token in fp16 is token 5
+    cfg.prefix.tokens = {5};
+    std::vector<std::vector<int32_t>> calib;
+    for (int s = 0; s < 3; ++s) {
+      calib.emplace_back();
+      for (int i = 0; i < 40; ++i) calib.back().push_back(int32_t(1 + (i * 37 + s * 11) % 95));
+    }
+    const quant::SimModel sm = quant::build_sim(m, cfg, calib);
+    ASSERT_FALSE(sm.kvq.empty());
+    Forward fs(sm.model, 64);
+    sm.attach(fs);
+    quant::SimModel hooks_only = sm;
+    hooks_only.kvq.clear();
+    Forward fp(sm.model, 64);
+    hooks_only.attach(fp);
+    attach_codebook_kv(fp, CodebookKvScheme::from_sim(sm));
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 40; ++i) toks.push_back(int32_t(1 + (i * 29 + 5) % 95));
+    const size_t V = size_t(m->config().vocab_size);
+    const std::vector<float> a = run(fs, toks, 25), b = run(fp, toks, 25);
+    const std::vector<float> a0(a.begin(), a.begin() + 25 * V), b0(b.begin(), b.begin() + 25 * V);
+    EXPECT_TRUE(bit_equal(a0, b0)) << family << " prefill: max rel diff " << testing::rel_diff(a0, b0);
+    const double d = testing::rel_diff(a, b);  // decode steps: the bound of expect_packed_equals_sim
+    std::printf("  %s kvquant-4bit-1pct: decode steps' max|dlogit|/max|logit| %.3g\n", family, d);
+    EXPECT_LE(d, 1e-3) << family;
+  }
+}
+
 }  // namespace
 }  // namespace sinkq::runtime

@@ -629,3 +629,47 @@ TEST(QuantizedModel, UnsupportedConfigsAreErrors) {
 
 }  // namespace
 }  // namespace sinkq::runtime
+
+namespace sinkq::runtime {
+namespace {
+
+// Token ids inside the family fixtures' 96-token vocabulary.
+std::vector<int32_t> family_prompt(int n, int salt) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(int32_t(1 + (i * 37 + salt * 11) % 95));
+  return t;
+}
+
+// PrefixQuant on every family (the transformers fixtures of tests/data/families): rotation, a
+// full-precision prefix, grid-searched clips, static activations and KV — W4A8KV4 and W8A8KV8 —
+// packed = simulated (teacher-forced). Rotation is refused on the families with post-norms
+// (Gemma 2 / 3: quant/rotate.cc check_rotatable says why); PrefixQuant then runs without it.
+// (KVQuant on every family: codebook_kv_store_test.cc.)
+TEST(QuantizedModel, PrefixQuantOnEveryFamily) {
+  for (const char* family : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+    const auto m = Model::load(std::string(SINKQ_SOURCE_DIR) + "/tests/data/families/" + family);
+    const auto toks = family_prompt(kTokens, 1);
+    const std::vector<std::vector<int32_t>> calib = {family_prompt(24, 3), family_prompt(24, 4)};
+    for (const char* preset : {"prefixquant-w4a8kv4", "prefixquant-w8a8kv8"}) {
+      SCOPED_TRACE(fmt::format("{} {}", family, preset));
+      quant::Recipe sc = quant::Recipe::from_preset(preset);
+      sc.w.group = std::min(sc.w.group, 32);  // the fixtures' rows are 64 / 128 wide
+      sc.calib.weight_rows = 16;
+      sc.calib.grid = {1.0f, 0.9f};
+      sc.prefix.spec = "ids:5";
+      sc.prefix.tokens = {5};
+      sc.prefix.source = quant::PrefixSim::Source::Fp;
+      if (sc.rotate.on && m->config().spec().post_norms) {
+        EXPECT_THAT(error_of([&] { quant::build_sim(m, sc, calib); }),
+                    HasSubstr("do not commute with a rotation of the residual stream"));
+        sc.rotate.on = false;
+      }
+      const quant::SimModel sim = quant::build_sim(m, sc, calib);
+      const QuantizedModel qm = build_quantized(sim);
+      expect_packed_matches_sim(sim, qm, toks, std::string(family) + " " + preset);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace sinkq::runtime

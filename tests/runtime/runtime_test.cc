@@ -320,10 +320,10 @@ TEST(Runtime, SiteLinearsShareTheirInputQuantization) {
       const auto m = pack_model(base, cfg);
       const LayerWeights &lw = m->weights().layers[1];
       const std::vector<std::vector<const LinearImpl *>> sites = {
-          {lw.impl.q.get(), lw.impl.k.get(), lw.impl.v.get()},
-          {lw.impl.gate.get(), lw.impl.up.get()}};
+          {lw.impl_of(LinearRole::Q).get(), lw.impl_of(LinearRole::K).get(), lw.impl_of(LinearRole::V).get()},
+          {lw.impl_of(LinearRole::Gate).get(), lw.impl_of(LinearRole::Up).get()}};
       const std::vector<std::vector<const float *>> biases = {
-          {lw.bq, lw.bk, lw.bv}, {nullptr, nullptr}};
+          {lw.vec(VecRole::QBias), lw.vec(VecRole::KBias), lw.vec(VecRole::VBias)}, {nullptr, nullptr}};
       for (size_t si = 0; si < sites.size(); ++si)
         for (int64_t T : {1, 5, 33}) {
           std::vector<float> x(size_t(T * H));
@@ -376,8 +376,8 @@ TEST(Runtime, SiteLinearsShareTheirInputQuantization) {
   };
   const auto a8 = pack_model(base, runtime_config(kSchemes[0])),
              a4 = pack_model(base, runtime_config(kSchemes[4]));
-  const LinearImpl *q8 = a8->weights().layers[0].impl.q.get();
-  const LinearImpl *k4 = a4->weights().layers[0].impl.k.get();
+  const LinearImpl *q8 = a8->weights().layers[0].impl_of(LinearRole::Q).get();
+  const LinearImpl *k4 = a4->weights().layers[0].impl_of(LinearRole::K).get();
   const Plus1 plus(3);
   const int64_t T = 4;
   std::vector<float> x(size_t(T * H));
@@ -404,15 +404,15 @@ TEST(Runtime, PackedLinearsAndDescriptions) {
   EXPECT_EQ(c.describe(), "W4 g128 asym | A8 dynamic per-token sym");
   auto m = pack_model(mixtext(), c);
   const LayerWeights& L = m->weights().layers[0];
-  ASSERT_TRUE(L.impl.q && L.impl.k && L.impl.v && L.impl.o && L.impl.gate && L.impl.up && L.impl.down);
+  ASSERT_TRUE(L.impl_of(LinearRole::Q) && L.impl_of(LinearRole::K) && L.impl_of(LinearRole::V) && L.impl_of(LinearRole::O) && L.impl_of(LinearRole::Gate) && L.impl_of(LinearRole::Up) && L.impl_of(LinearRole::Down));
   // hidden 192 = one 128-group + a ragged 64-column tail (one asymmetric group per row).
-  EXPECT_EQ(L.impl.q->describe(),
+  EXPECT_EQ(L.impl_of(LinearRole::Q)->describe(),
             "model.layers.0.self_attn.q_proj.weight [192, 192]: w4_g128_asym[0:128] + w4_g64_asym[128:192] x "
             "a8_per_token");
-  EXPECT_EQ(L.impl.down->describe(), "model.layers.0.mlp.down_proj.weight [192, 512]: w4_g128_asym x a8_per_token");
+  EXPECT_EQ(L.impl_of(LinearRole::Down)->describe(), "model.layers.0.mlp.down_proj.weight [192, 512]: w4_g128_asym x a8_per_token");
   // Sharing: embeddings / norms are the base model's.
   EXPECT_EQ(m->weights().embed.data, mixtext()->weights().embed.data);
-  EXPECT_FALSE(mixtext()->weights().layers[0].impl.q);
+  EXPECT_FALSE(mixtext()->weights().layers[0].impl_of(LinearRole::Q));
   // Packing a packed model is refused.
   EXPECT_THAT(error_of([&] { pack_model(m, c); }), HasSubstr("already runs packed linears"));
 }

@@ -42,17 +42,17 @@ Params<double>::Layer random_layer(const ModelConfig& c, std::mt19937_64& rng) {
   const size_t H = size_t(c.hidden_size), I = size_t(c.intermediate_size), Q = size_t(c.q_dim()),
                KV = size_t(c.kv_dim());
   Params<double>::Layer w;
-  w.attn_norm = randn(H, rng, 0.1);
-  w.mlp_norm = randn(H, rng, 0.1);
-  for (double& x : w.attn_norm) x += 1.0;
-  for (double& x : w.mlp_norm) x += 1.0;
-  w.wq = randn(Q * H, rng, 0.3);
-  w.wk = randn(KV * H, rng, 0.3);
-  w.wv = randn(KV * H, rng, 0.3);
-  w.wo = randn(H * Q, rng, 0.3);
-  w.w_gate = randn(I * H, rng, 0.3);
-  w.w_up = randn(I * H, rng, 0.3);
-  w.w_down = randn(H * I, rng, 0.3);
+  w.vec(VecRole::AttnNorm) = randn(H, rng, 0.1);
+  w.vec(VecRole::MlpNorm) = randn(H, rng, 0.1);
+  for (double& x : w.vec(VecRole::AttnNorm)) x += 1.0;
+  for (double& x : w.vec(VecRole::MlpNorm)) x += 1.0;
+  w.mat(LinearRole::Q) = randn(Q * H, rng, 0.3);
+  w.mat(LinearRole::K) = randn(KV * H, rng, 0.3);
+  w.mat(LinearRole::V) = randn(KV * H, rng, 0.3);
+  w.mat(LinearRole::O) = randn(H * Q, rng, 0.3);
+  w.mat(LinearRole::Gate) = randn(I * H, rng, 0.3);
+  w.mat(LinearRole::Up) = randn(I * H, rng, 0.3);
+  w.mat(LinearRole::Down) = randn(H * I, rng, 0.3);
   return w;
 }
 
@@ -89,7 +89,7 @@ TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
   }
   LayerSites<double> sites;
   sites.rotate = rot;
-  const RopeTable rope = RopeTable::make(c.rope());
+  const Ropes rope(c);
   std::vector<int32_t> pos, toks(size_t(T), 0);
   for (int64_t t = 0; t < T; ++t) pos.push_back(int32_t(P + t));
   auto input = [&] {
@@ -114,7 +114,7 @@ TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
   LayerTape<double> tape;
   layer_forward(c, rope, w, 0, input(), x, tape, &sites);
   Params<double>::Layer gw = w;
-  for (auto* v : {&gw.attn_norm, &gw.mlp_norm, &gw.wq, &gw.wk, &gw.wv, &gw.wo, &gw.w_gate, &gw.w_up, &gw.w_down})
+  for (auto* v : {&gw.vec(VecRole::AttnNorm), &gw.vec(VecRole::MlpNorm), &gw.mat(LinearRole::Q), &gw.mat(LinearRole::K), &gw.mat(LinearRole::V), &gw.mat(LinearRole::O), &gw.mat(LinearRole::Gate), &gw.mat(LinearRole::Up), &gw.mat(LinearRole::Down)})
     std::fill(v->begin(), v->end(), 0.0);
   std::vector<double> gpk(pk.size()), gpv(pv.size());
   LayerGrads<double> g;
@@ -129,13 +129,13 @@ TEST(GradLayer, RotationAndPrefixAgainstFiniteDifferences) {
     for (size_t i = 0; i < p.size(); i += stride, ++checked) expect_close(fd_at(L, p[i]), gp[i], fmt::format("{}[{}]", name, i));
   };
   check_all(x0, dx, "input", 3);
-  check_all(w.wq, gw.wq, "wq", 5);
-  check_all(w.wk, gw.wk, "wk", 5);
-  check_all(w.wv, gw.wv, "wv", 5);
-  check_all(w.wo, gw.wo, "wo", 5);
-  check_all(w.w_gate, gw.w_gate, "w_gate", 5);
-  check_all(w.w_down, gw.w_down, "w_down", 5);
-  check_all(w.attn_norm, gw.attn_norm, "attn_norm", 1);
+  check_all(w.mat(LinearRole::Q), gw.mat(LinearRole::Q), "wq", 5);
+  check_all(w.mat(LinearRole::K), gw.mat(LinearRole::K), "wk", 5);
+  check_all(w.mat(LinearRole::V), gw.mat(LinearRole::V), "wv", 5);
+  check_all(w.mat(LinearRole::O), gw.mat(LinearRole::O), "wo", 5);
+  check_all(w.mat(LinearRole::Gate), gw.mat(LinearRole::Gate), "w_gate", 5);
+  check_all(w.mat(LinearRole::Down), gw.mat(LinearRole::Down), "w_down", 5);
+  check_all(w.vec(VecRole::AttnNorm), gw.vec(VecRole::AttnNorm), "attn_norm", 1);
   check_all(pk, gpk, "prefix_k", 1);
   check_all(pv, gpv, "prefix_v", 1);
   std::printf("  %d gradient entries checked through R3 / R4 rotations and a 2-token prefix\n", checked);
@@ -152,7 +152,7 @@ TEST(GradLayer, StaticQuantizerBackwardIsTheSteOfTheDownstreamGradient) {
   const Params<double>::Layer w = random_layer(c, rng);
   const int64_t T = 4, H = c.hidden_size, Q = c.q_dim();
   const std::vector<double> x0 = randn(size_t(T * H), rng, 1.0), r = randn(size_t(T * H), rng, 1.0);
-  const RopeTable rope = RopeTable::make(c.rope());
+  const Ropes rope(c);
   std::vector<int32_t> pos, toks(size_t(T), 0);
   for (int64_t t = 0; t < T; ++t) pos.push_back(int32_t(t));
   LayerInput<double> in;
@@ -179,15 +179,15 @@ TEST(GradLayer, StaticQuantizerBackwardIsTheSteOfTheDownstreamGradient) {
   // att_q up to the MLP; a finite difference on att_q with the rest of the block as recorded.
   auto L_of_att = [&](const std::vector<double>& att) {
     std::vector<double> y(size_t(T * H)), xm = x0;
-    linear_forward(att.data(), w.wo.data(), static_cast<const double*>(nullptr), y.data(), T, Q, H);
+    linear_forward(att.data(), w.mat(LinearRole::O).data(), static_cast<const double*>(nullptr), y.data(), T, Q, H);
     for (size_t i = 0; i < y.size(); ++i) xm[i] += y[i];
     std::vector<double> xn(static_cast<size_t>(T * H)), rs(static_cast<size_t>(T)),
         gg(static_cast<size_t>(T * c.intermediate_size)), uu = gg, hh = gg, out = xm;
-    rmsnorm_forward(xm.data(), w.mlp_norm.data(), xn.data(), rs.data(), T, H, c.rms_norm_eps);
-    linear_forward(xn.data(), w.w_gate.data(), static_cast<const double*>(nullptr), gg.data(), T, H, c.intermediate_size);
-    linear_forward(xn.data(), w.w_up.data(), static_cast<const double*>(nullptr), uu.data(), T, H, c.intermediate_size);
+    rmsnorm_forward(xm.data(), w.vec(VecRole::MlpNorm).data(), xn.data(), rs.data(), T, H, c.rms_norm_eps);
+    linear_forward(xn.data(), w.mat(LinearRole::Gate).data(), static_cast<const double*>(nullptr), gg.data(), T, H, c.intermediate_size);
+    linear_forward(xn.data(), w.mat(LinearRole::Up).data(), static_cast<const double*>(nullptr), uu.data(), T, H, c.intermediate_size);
     swiglu_forward(gg.data(), uu.data(), hh.data(), T * c.intermediate_size);
-    linear_forward(hh.data(), w.w_down.data(), static_cast<const double*>(nullptr), y.data(), T, c.intermediate_size, H);
+    linear_forward(hh.data(), w.mat(LinearRole::Down).data(), static_cast<const double*>(nullptr), y.data(), T, c.intermediate_size, H);
     double s = 0;
     for (size_t i = 0; i < y.size(); ++i) s += (out[i] + y[i]) * r[i];
     return s;

@@ -124,6 +124,35 @@ TEST(GradModel, Stories260KAgainstFiniteDifferences) {
   EXPECT_LE(testing::rel_diff(mine, std::vector<float>(want.begin(), want.end())), 1e-4);
 }
 
+// Every family's extra ops (io/config.h LayerSpec) in the training forward and backward: the
+// transformers fixtures of tests/data/families (Qwen3 q/k norms; Gemma 2 post-norms, GeGLU, the
+// embedding scale, query_pre_attn_scalar, attention and final soft-caps, alternating windows;
+// Gemma 3 with its two RoPE bases; Phi-3's split fused linears) behind a 2-token prefix, against
+// finite differences (same tolerance), and the float training forward against Forward.
+TEST(GradModel, FamiliesAgainstFiniteDifferences) {
+  for (const char* family : {"qwen3", "gemma2", "gemma3", "phi3"}) {
+    SCOPED_TRACE(family);
+    const auto m = Model::load(std::string(SINKQ_SOURCE_DIR) + "/tests/data/families/" + family);
+    const ModelConfig& c = m->config();
+    Params<double> p = Params<double>::from_model(*m);
+    // 14 tokens behind 2 prefix rows: past the 8-token windows, so the masks differ per layer.
+    const std::vector<int32_t> toks = {5, 17, 3, 88, 41, 9, 60, 2, 33, 71, 14, 50, 8, 27};
+    std::vector<int32_t> targets(toks.begin() + 1, toks.end());
+    targets.push_back(-1);
+    const auto kp = KvPrefix::compute(m, {11, 23});
+    PrefixKv<double> pre = PrefixKv<double>::from(*kp);
+    check_model(c, p, toks, targets, &pre, 3);
+    const Params<float> pf = Params<float>::from_model(*m);
+    const PrefixKv<float> pref = PrefixKv<float>::from(*kp);
+    std::vector<float> mine;
+    loss(c, pf, toks, targets, &pref, &mine);
+    Forward f(m, 32);
+    f.set_prefix(kp);
+    const auto want = f.step(toks, /*all_logits=*/true);
+    EXPECT_LE(testing::rel_diff(mine, std::vector<float>(want.begin(), want.end())), 1e-4);
+  }
+}
+
 // IntactKV's objective (layer-output MSE against another model's layer outputs): its gradient with
 // respect to the prefix's K and V and the layers' K / V against central differences (same tolerance).
 TEST(GradModel, LayerMseAgainstFiniteDifferences) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <functional>
 #include <optional>
+#include <unordered_set>
 
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_pystr.h"
@@ -20,7 +21,9 @@ namespace {
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return 0;
-    case Value::Kind::String: return py::length(v.str());
+    case Value::Kind::String:
+      budget().charge(v.str().size());
+      return py::length(v.str());
     case Value::Kind::List: return static_cast<int64_t>(v.list().items.size());
     case Value::Kind::Dict: return static_cast<int64_t>(v.dict().items.size());
     default: raise("TypeError", fmt::format("object of type '{}' has no len()", type_name(v)));
@@ -576,15 +579,31 @@ Value f_unique(const Value& v, CallArgs& a, const BuiltinContext&) {
   Params p(a, "unique", {"case_sensitive", "attribute"});
   const bool case_sensitive = p.flag(0, false);
   const std::vector<Value> parts = p.has(1) ? attribute_parts(p.at(1)) : std::vector<Value>{};
-  ValueList out, seen;
+  // A Python set of the keys: equal keys (1, 1.0, True) share one hash key; str keys and others
+  // are told apart by a prefix.
+  auto hash_key = [](const Value& k) {
+    std::string key(1, k.is_number() ? 'n' : k.is_string() ? 's' : 'o');
+    if (k.is_number()) {
+      const double d = k.as_float();
+      if (k.is_integral()) {
+        key += std::to_string(k.as_int());
+      } else if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e18) {
+        key += std::to_string(static_cast<int64_t>(d));
+      } else {
+        key += to_repr(k);
+      }
+    } else {
+      key += k.is_string() ? k.str() : to_repr(k);
+    }
+    return key;
+  };
+  ValueList out;
+  std::unordered_set<std::string> seen;
   for (const Value& item : iterate(v)) {
     Value k = parts.empty() ? item : get_path(item, parts);
     if (!case_sensitive) k = lower_if_str(k);
     if ((k.is_list() && !k.list().tuple) || k.is_dict()) raise("TypeError", fmt::format("unhashable type: '{}'", type_name(k)));
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) {
-      seen.push_back(std::move(k));
-      out.push_back(item);
-    }
+    if (seen.insert(hash_key(k)).second) out.push_back(item);
   }
   return Value::list(std::move(out));
 }

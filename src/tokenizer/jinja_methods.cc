@@ -118,6 +118,7 @@ Value markup_method(const Value& self, const std::string& name, CallArgs& a) {
 }
 
 Value str_method(const std::string& s, const std::string& name, CallArgs& a) {
+  budget().charge(s.size());  // every str method scans its string at least once
   if (name == "strip" || name == "lstrip" || name == "rstrip") {
     Params p(a, name, {"chars"});
     return Value::string(py::strip(s, p.opt_string(0), name != "rstrip", name != "lstrip"));
@@ -251,6 +252,7 @@ Value dict_method(const Value& self, const std::string& name, CallArgs& a) {
 
 Value list_method(const Value& self, const std::string& name, CallArgs& a) {
   const ValueList& items = self.list().items;
+  budget().charge(items.size() * sizeof(Value));
   if (name == "count" || name == "index") {
     Params p(a, name, {"value"});
     if (!p.has(0)) raise("TypeError", name + "() takes exactly one argument (0 given)");

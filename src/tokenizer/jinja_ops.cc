@@ -45,7 +45,10 @@ bool equals(const Value& a, const Value& b) {
   switch (a.kind()) {
     case Value::Kind::Undefined:
     case Value::Kind::None: return true;
-    case Value::Kind::String: return a.str() == b.str();
+    case Value::Kind::String:
+      if (a.str().size() != b.str().size()) return false;
+      budget().charge(a.str().size());
+      return a.str() == b.str();
     case Value::Kind::List: {
       const ListData& x = a.list();
       const ListData& y = b.list();
@@ -80,6 +83,7 @@ int compare(const Value& a, const Value& b, std::string_view op) {
     return kUnordered;
   }
   if (a.is_string() && b.is_string()) {
+    budget().charge(std::min(a.str().size(), b.str().size()));
     const int c = a.str().compare(b.str());  // UTF-8 byte order is code point order
     return c < 0 ? -1 : c > 0;
   }
@@ -304,8 +308,10 @@ bool contains(const Value& container, const Value& item) {
       if (!item.is_string()) {
         raise("TypeError", fmt::format("'in <string>' requires string as left operand, not {}", type_name(item)));
       }
+      budget().charge(container.str().size());
       return container.str().find(item.str()) != std::string::npos;
     case Value::Kind::List:
+      budget().charge(container.list().items.size() * sizeof(Value));
       for (const Value& x : container.list().items)
         if (equals(x, item)) return true;
       return false;
@@ -365,6 +371,7 @@ bool resolve_index(int64_t i, int64_t n, int64_t& out) {
 }
 
 std::string cp_at(const std::string& s, int64_t i) {
+  budget().charge(s.size());
   if (py::is_ascii(s)) return s.substr(static_cast<size_t>(i), 1);
   std::string out;
   py::append_cp(out, py::decode(s)[static_cast<size_t>(i)]);
@@ -379,9 +386,9 @@ Value getattr(const Value& obj, const std::string& name) {
   Value m = container_method(obj, name, found);
   if (found) return m;
   if (obj.is_dict()) {
-    if (const Value* v = obj.dict().find(Value::string(name))) return *v;
+    if (const Value* v = obj.dict().find_str(name)) return *v;
   } else if (obj.is_ns()) {
-    if (const Value* v = obj.ns().attrs.find(Value::string(name))) return *v;
+    if (const Value* v = obj.ns().attrs.find_str(name)) return *v;
   }
   return missing_attribute(obj, name);
 }
@@ -434,6 +441,7 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
   const int64_t st = s0.value_or(1);
   if (st == 0) raise("ValueError", "slice step cannot be zero");
   if (!obj.is_string() && !obj.is_list()) return missing_element(obj, Value::string("slice"));
+  if (obj.is_string()) budget().charge(obj.str().size());
   const bool ascii = obj.is_string() && py::is_ascii(obj.str());
   std::u32string cps;
   if (obj.is_string() && !ascii) cps = py::decode(obj.str());
@@ -479,8 +487,11 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 ValueList iterate(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return {};
-    case Value::Kind::List: return v.list().items;
+    case Value::Kind::List:
+      budget().charge(v.list().items.size() * sizeof(Value));
+      return v.list().items;
     case Value::Kind::Dict: {
+      budget().charge(v.dict().items.size() * sizeof(Value));
       ValueList keys;
       keys.reserve(v.dict().items.size());
       for (const auto& kv : v.dict().items) keys.push_back(kv.first);
@@ -526,7 +537,7 @@ std::string percent_format(const std::string& fmt_str, const Value& args, bool e
     if (fmt_str[i] == '(') {
       const size_t close = fmt_str.find(')', i);
       if (close == std::string::npos || !mapping) raise("TypeError", "format requires a mapping");
-      arg = args.dict().find(Value::string(fmt_str.substr(i + 1, close - i - 1)));
+      arg = args.dict().find_str(fmt_str.substr(i + 1, close - i - 1));
       if (!arg) raise("KeyError", py::repr(fmt_str.substr(i + 1, close - i - 1)));
       i = close + 1;
     }

@@ -174,6 +174,16 @@ const Value* DictData::find(const Value& key) const {
 
 Value* DictData::find(const Value& key) { return const_cast<Value*>(std::as_const(*this).find(key)); }
 
+const Value* DictData::find_str(std::string_view key) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(std::string(key));
+    return it == index_.end() ? nullptr : &items[it->second].second;
+  }
+  for (const auto& [k, v] : items)
+    if (k.is_string() && k.str() == key) return &v;
+  return nullptr;
+}
+
 void DictData::set(Value key, Value value) {
   if (Value* v = find(key)) {
     *v = std::move(value);
@@ -346,8 +356,8 @@ void append_str(std::string& out, const Value& v) {
     case Value::Kind::Namespace: {
       const NamespaceData& n = v.ns();
       if (n.loop) {
-        const Value* index = n.attrs.find(Value::string("index"));
-        const Value* length = n.attrs.find(Value::string("length"));
+        const Value* index = n.attrs.find_str("index");
+        const Value* length = n.attrs.find_str("length");
         out += fmt::format("<LoopContext {}/{}>", index ? to_str(*index) : "?", length ? to_str(*length) : "?");
       } else if (std::find(g_printing.begin(), g_printing.end(), &n) != g_printing.end()) {
         out += "<Namespace {...}>";

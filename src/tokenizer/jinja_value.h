@@ -48,9 +48,10 @@ struct Failure : std::exception {
 };
 
 // Resource limits of one render (ChatTemplate::Limits fills them). Every loop iteration and macro
-// call is a step; every string, list or dict an operator builds is charged its size in bytes as
-// work (so quadratic string building is stopped, not just long output); no string may exceed
-// max_string_bytes and no list/dict may nest deeper than max_nesting.
+// call is a step; every string, list or dict an operator builds, and every linear scan of one
+// (`in`, len() of a str, str methods, iteration), is charged its size in bytes as work, so
+// quadratic work is stopped, not only long output; no string may exceed max_string_bytes and no
+// list/dict may nest deeper than max_nesting.
 struct Budget {
   size_t max_string_bytes = size_t{64} << 20;
   uint64_t max_steps = 10'000'000;
@@ -153,6 +154,7 @@ struct DictData {
   // Python key equality (1 == 1.0 == True); nullptr when absent.
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
+  const Value* find_str(std::string_view key) const;  // find(a str key) without making a Value
   // Inserts, or replaces the value of an existing key in place (as a Python dict does).
   void set(Value key, Value value);
 

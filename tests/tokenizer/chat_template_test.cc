@@ -360,6 +360,20 @@ TEST(ChatTemplateLimits, QuadraticWork) {
                        ojson::object(), small_limits());
               }),
               HasSubstr("(the limit)"));
+  // Scans build nothing but are charged too: 90000 searches of a 1 MB string would be 9*10^10 bytes.
+  EXPECT_THAT(error_of([] {
+                render("{% set s = 'x' * 1000000 %}{% for i in range(90000) %}{{ 'y' in s }}{% endfor %}", ojson::object(),
+                       small_limits());
+              }),
+              HasSubstr("bytes of strings and lists (the limit)"));
+  EXPECT_THAT(error_of([] {
+                render("{% set l = range(90000) | list %}{% for i in range(90000) %}{{ l.count(5) }}{% endfor %}",
+                       ojson::object(), small_limits());
+              }),
+              HasSubstr("bytes of strings and lists (the limit)"));
+  // unique is a hash set, not a quadratic scan.
+  EXPECT_EQ(render("{{ range(100000) | unique | list | length }}|{{ [1, 1.0, true, '1', 2.5, 2.5] | unique | list }}"),
+            "100000|[1, '1', 2.5]");
 }
 
 TEST(ChatTemplateLimits, RecursionDepth) {

@@ -261,7 +261,7 @@ TEST(ChatTemplateApi, CopiesShareTheParsedTemplateAndRenderConcurrently) {
   std::atomic<int> ok{0};
   std::vector<std::thread> threads;
   for (int i = 0; i < 4; ++i)
-    threads.emplace_back([&] {
+    threads.emplace_back([&, i] {
       for (int k = 0; k < 200; ++k) ok += (i % 2 ? a : b).render(vars) == "x";
     });
   for (auto& t : threads) t.join();

@@ -6,9 +6,12 @@
 #include <charconv>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <mutex>
 
 #include "core/error.h"
 #include "core/mmap.h"
+#include "tokenizer/chat_template.h"
 
 namespace sinkq {
 
@@ -53,7 +56,14 @@ PrefixSpec parse_prefix_spec(std::string_view value) {
   return s;
 }
 
-std::string render_system_prompt(const std::string& model_dir, std::string_view system) {
+ChatSpecials ChatSpecials::of(const Tokenizer& tok) {
+  ChatSpecials sp;
+  if (tok.bos_id() >= 0) sp.bos = tok.token_text(tok.bos_id());
+  if (tok.eos_id() >= 0) sp.eos = tok.token_text(tok.eos_id());
+  return sp;
+}
+
+std::string render_system_prompt(const std::string& model_dir, std::string_view system, const ChatSpecials& sp) {
   const std::string path = model_dir + "/tokenizer_config.json";
   nlohmann::json cfg;
   try {
@@ -64,91 +74,85 @@ std::string render_system_prompt(const std::string& model_dir, std::string_view 
   const auto it = cfg.find("chat_template");
   SINKQ_CHECK(it != cfg.end() && it->is_string(),
               "{} has no chat_template: write the system prompt out with --prefix text:... instead of system:", path);
-  return render_system_prompt_with(it->get<std::string>(), path, system);
-}
-
-std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system) {
-  return render_chat(tpl, source, {{"system", std::string(system)}}, false);
+  return render_system_prompt_with(it->get<std::string>(), path, system, sp);
 }
 
 namespace {
-// The system turn a ChatML template writes when the conversation has none (SmolLM2: "You are a
-// helpful AI assistant named SmolLM, …"; Qwen2: "You are a helpful assistant."): the literal
-// '<|im_start|>system⏎TEXT<|im_end|>' under a `messages[0]['role'] != 'system'` test, with ⏎ a
-// newline or the two characters \n of a Jinja string. "" when the template has none.
-std::string chatml_default_system(const std::string& tpl) {
-  if (tpl.find("!= 'system'") == std::string::npos && tpl.find("!= \"system\"") == std::string::npos) return "";
-  for (const char* head : {"<|im_start|>system\n", "<|im_start|>system\\n"}) {
-    const size_t at = tpl.find(head);
-    if (at == std::string::npos) continue;
-    const size_t from = at + std::strlen(head), end = tpl.find("<|im_end|>", from);
-    if (end == std::string::npos) return "";
-    std::string text = tpl.substr(from, end - from);
-    for (size_t i = 0; (i = text.find("\\n", i)) != std::string::npos;) text.replace(i, 2, "\n");
-    // Jinja code inside (a variable, a tag) means the text is not a literal: none.
-    if (text.find("{{") != std::string::npos || text.find("{%") != std::string::npos || text.find('\'') != std::string::npos)
-      return "";
-    return text;
+
+// The parsed template of `tpl`: parsed once per distinct text (a server renders every request with
+// the same one); a few kept.
+std::shared_ptr<const ChatTemplate> parsed(const std::string& tpl, const std::string& source) {
+  static std::mutex mu;
+  static std::vector<std::pair<std::string, std::shared_ptr<const ChatTemplate>>> cache;
+  {
+    std::lock_guard lock(mu);
+    for (const auto& [text, t] : cache)
+      if (text == tpl) return t;
   }
-  return "";
+  auto t = std::make_shared<const ChatTemplate>(tpl, source);
+  std::lock_guard lock(mu);
+  if (cache.size() >= 8) cache.erase(cache.begin());
+  cache.emplace_back(tpl, t);
+  return t;
 }
+
 }  // namespace
 
 std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt) {
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& r = messages[i].role;
-    SINKQ_CHECK(r == "user" || r == "assistant" || (r == "system" && i == 0),
-                "chat message {}: role '{}' (expected system first, then user / assistant)", i, r);
-  }
-  std::string out;
-  if (tpl.find("<|start_header_id|>") != std::string::npos) {  // Llama-3
-    out = "<|begin_of_text|>";
-    for (const ChatMessage& m : messages)
-      out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-    if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-    return out;
-  }
-  if (tpl.find("<|im_start|>") != std::string::npos) {  // ChatML (Qwen2, SmolLM2)
-    if (messages.empty() || messages[0].role != "system") {
-      const std::string def = chatml_default_system(tpl);
-      if (!def.empty()) out = "<|im_start|>system\n" + def + "<|im_end|>\n";
-    }
-    for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-    if (add_generation_prompt) out += "<|im_start|>assistant\n";
-    return out;
-  }
-  if (tpl.find("<<SYS>>") != std::string::npos) {  // Llama-2: BOS comes from the tokenizer
-    // "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]": the system text opens the
-    // first user turn; every assistant turn ends with </s> and the next user turn opens with <s>.
-    size_t i = 0;
-    bool first = true;
-    if (!messages.empty() && messages[0].role == "system") {
-      out = "[INST] <<SYS>>\n" + messages[0].content + "\n<</SYS>>\n\n";
-      i = 1;
-      if (i == messages.size()) return out;  // the system part alone (IntactKV[P])
-    }
-    for (; i < messages.size(); ++i) {
-      const ChatMessage& m = messages[i];
-      if (m.role == "user") {
-        if (out.empty() || !first) out += (first ? "" : "<s>") + std::string("[INST] ");
-        out += m.content + " [/INST]";
-      } else {
-        out += " " + m.content + " </s>";
-      }
-      first = false;
-    }
-    return out;
-  }
-  fail("{}: the chat template is not one sinkq can render (Llama-2, Llama-3, ChatML); write the prompt out with "
-       "--prefix text:...",
-       source);
+                        bool add_generation_prompt, const ChatSpecials& sp) {
+  SINKQ_CHECK(!tpl.empty(), "{}: there is no chat template", source);
+  nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+  // What transformers' apply_chat_template passes (tools and documents null when absent).
+  const nlohmann::ordered_json vars = {{"messages", msgs},       {"tools", nullptr},
+                                       {"documents", nullptr},   {"add_generation_prompt", add_generation_prompt},
+                                       {"bos_token", sp.bos},    {"eos_token", sp.eos}};
+  return parsed(tpl, source)->render(vars);
 }
 
-std::string chat_end_of_turn(const std::string& tpl) {
-  if (tpl.find("<|start_header_id|>") != std::string::npos) return "<|eot_id|>";
-  if (tpl.find("<|im_start|>") != std::string::npos) return "<|im_end|>";
-  return "";
+std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system,
+                                      const ChatSpecials& sp) {
+  // The system message alone, when every conversation with it starts so (ChatML, Llama-3) and it
+  // holds the text; else what every conversation with this system message and a first user turn
+  // has in common before the user's text (Llama-2 opens its first [INST] with the system part,
+  // Gemma 3 puts it inside the first user turn).
+  const std::string sys(system);
+  auto with_user = [&](const char* u) { return render_chat(tpl, source, {{"system", sys}, {"user", u}}, false, sp); };
+  const std::string a = with_user("A"), b = with_user("B");
+  std::string alone;
+  try {
+    alone = render_chat(tpl, source, {{"system", sys}}, false, sp);
+  } catch (const Error&) {
+    // a template that needs a user turn
+  }
+  if (!alone.empty() && alone.find(sys) != std::string::npos && a.rfind(alone, 0) == 0) return alone;
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  const std::string common = a.substr(0, n);
+  SINKQ_CHECK(common.find(sys) != std::string::npos,
+              "{}: the chat template renders no system part that conversations with this system prompt start with; "
+              "write the prompt out with --prefix text:...",
+              source);
+  return common;
+}
+
+std::string chat_end_of_turn(const std::string& tpl, const ChatSpecials& sp) {
+  // What the template writes right after an assistant turn: "<|im_end|>", "<|eot_id|>",
+  // "<end_of_turn>", "<|end|>", " </s>" (Llama-2: the EOS) — the first markup after the reply.
+  std::string r;
+  try {
+    r = render_chat(tpl, "the chat template", {{"user", "A"}, {"assistant", "Zq9"}}, false, sp);
+  } catch (const Error&) {
+    return "";
+  }
+  const size_t at = r.rfind("Zq9");
+  if (at == std::string::npos) return "";
+  size_t i = at + 3;
+  while (i < r.size() && (r[i] == ' ' || r[i] == '\n')) ++i;
+  size_t j = i;
+  while (j < r.size() && r[j] != ' ' && r[j] != '\n') ++j;
+  const std::string e = r.substr(i, j - i);
+  return e.size() > 2 && e.front() == '<' && e.back() == '>' ? e : "";
 }
 
 std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok, const std::string& model_dir) {
@@ -167,11 +171,12 @@ std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok,
     case PrefixSpec::Kind::System: {
       // The tokenizer's own template (a GGUF file's tokenizer.chat_template, or tokenizer_config.json's).
       const std::string tpl = tok.chat_template();
-      const std::string rendered = tpl.empty() ? render_system_prompt(model_dir, spec.text)
-                                               : render_system_prompt_with(tpl, model_dir, spec.text);
+      const ChatSpecials sp = ChatSpecials::of(tok);
+      const std::string rendered = tpl.empty() ? render_system_prompt(model_dir, spec.text, sp)
+                                               : render_system_prompt_with(tpl, model_dir, spec.text, sp);
+      // As transformers tokenizes a rendered chat: the template writes its own begin token.
       enc.parse_special = true;
-      // Llama-3 / ChatML renderings carry their own begin token; Llama-2's comes from add_bos.
-      enc.add_special = rendered.rfind("<|", 0) != 0;
+      enc.add_special = false;
       return tok.encode(rendered, enc);
     }
     case PrefixSpec::Kind::Text:

@@ -59,29 +59,36 @@ PrefixSpec parse_prefix_spec(std::string_view value);
 // template with a system role that render_system_prompt knows.
 std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok, const std::string& model_dir);
 
-// The system part of a chat: the text before the first user turn, rendered as the template of
-// `model_dir`/tokenizer_config.json does it. Recognized families (by their markers; a Jinja
-// interpreter is out of scope): Llama-2 (<<SYS>>), Llama-3 (<|start_header_id|>), ChatML / Qwen2
-// (<|im_start|>). Anything else, or no chat template: sinkq::Error saying so and suggesting
-// --prefix text:... with the prompt written out. Special tokens in the result are parsed.
-std::string render_system_prompt(const std::string& model_dir, std::string_view system);
-// The same from a template string (`source` names where it came from, for the error).
-std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system);
-
-// A conversation rendered by the family of chat template `tpl` (the same three as above; anything
-// else: sinkq::Error naming `source`), with the assistant's header after it when
-// add_generation_prompt. Roles: system (first only), user, assistant. render_system_prompt_with is
-// this with the system message alone. A ChatML template's default system turn (SmolLM2 and Qwen2
-// write one when the first message is not a system message) is added as the template does it.
+// Chats are rendered by the model's own chat template (tokenizer/chat_template.h: the Jinja
+// subset real templates use, byte for byte as transformers' apply_chat_template renders them),
+// with the tokenizer's special tokens by name; the text is tokenized as transformers does it
+// (special tokens parsed, no BOS added: the template writes its own).
 struct ChatMessage {
   std::string role, content;
 };
+struct ChatSpecials {
+  std::string bos, eos;  // bos_token / eos_token as the template sees them ("" when none)
+  static ChatSpecials of(const Tokenizer& tok);
+};
+// A conversation rendered by template `tpl` (`source` names it in errors: syntax, a construct it
+// does not support, raise_exception), with the assistant's header after it when
+// add_generation_prompt.
 std::string render_chat(const std::string& tpl, const std::string& source, const std::vector<ChatMessage>& messages,
-                        bool add_generation_prompt);
+                        bool add_generation_prompt, const ChatSpecials& sp = {});
 
-// The token that ends a turn in the family of `tpl` ("<|im_end|>" for ChatML, "<|eot_id|>" for
-// Llama-3); "" when the tokenizer's EOS does it (Llama-2) or the family is unknown.
-std::string chat_end_of_turn(const std::string& tpl);
+// The system part of a chat (IntactKV[P]'s prefix): the system message rendered alone when every
+// conversation with it starts with that text and it holds the system prompt (ChatML, Llama-3);
+// else the text every conversation with this system message has before its first user's words
+// (Llama-2's "<s>[INST] <<SYS>>…<</SYS>>⏎⏎", Gemma 3's first user turn head). sinkq::Error when
+// neither holds the prompt, suggesting --prefix text:....
+std::string render_system_prompt_with(const std::string& tpl, const std::string& source, std::string_view system,
+                                      const ChatSpecials& sp = {});
+// The same with `model_dir`/tokenizer_config.json's template (a tokenizer that carries none).
+std::string render_system_prompt(const std::string& model_dir, std::string_view system, const ChatSpecials& sp = {});
+
+// The markup the template writes right after an assistant's reply ("<|im_end|>", "<|eot_id|>",
+// "<end_of_turn>", "<|end|>", "</s>"); "" when there is none or the template refuses the probe.
+std::string chat_end_of_turn(const std::string& tpl, const ChatSpecials& sp = {});
 
 struct FoundPrefix {
   std::vector<int32_t> tokens;

@@ -1,5 +1,8 @@
 // sinkq generate -m DIR -p STR -n N [--temp T] [--top-k K] [--top-p P] [--seed S] [--json]
-//                [--prefix SPEC [--prefix-source fp|quant]] + the quantization flags (cli/quant_flags.h)
+//                [--chat [--system TEXT]] [--prefix SPEC [--prefix-source fp|quant]] + the quantization
+//                flags (cli/quant_flags.h)
+// --chat: -p is a user message, rendered with the model's own chat template (calib/prefix.h
+// render_chat) behind the --system message if given; generation stops at the template's end of turn.
 // With a prefix, the prefix KV sits in front of the prompt (positions continue after it); when the
 // prefix holds [BOS] the prompt is encoded without BOS (a second [BOS] would be a new sink).
 // -m may be a sinkq artifact: it runs on the packed runtime with its stored prefix.
@@ -23,6 +26,8 @@ void register_generate(CLI::App& app) {
     SamplerOptions s;
     bool stop_on_bos = false;
     int64_t ctx = 0;
+    bool chat = false;
+    std::string system;
   };
   auto o = std::make_shared<Opts>();
   o->s.temperature = 0.8f;
@@ -35,6 +40,9 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--top-p", o->s.top_p, "Nucleus sampling mass (1 = off)")->capture_default_str();
   cmd->add_option("-s,--seed", o->s.seed, "Random seed")->capture_default_str()->check(decimal_u64());
   cmd->add_option("-c,--ctx,--ctx-size", o->ctx, "KV cache size in tokens (default: prompt + n)")->check(decimal_in(1, INT32_MAX));
+  cmd->add_flag("--chat", o->chat,
+                "-p is a user message: render it with the model's own chat template and stop at its end of turn");
+  cmd->add_option("--system", o->system, "With --chat: a system message before the user's");
   cmd->add_flag("--stop-on-bos", o->stop_on_bos,
                 "Also stop when the model predicts BOS (llama2.c-trained models such as stories260K end stories that way)");
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
@@ -55,7 +63,11 @@ void register_generate(CLI::App& app) {
     const std::string prefix_name =
         engine->runtime() == Engine::Runtime::Packed ? "of the artifact" : "--prefix " + engine->recipe().prefix.spec;
     require_utf8(o->prompt, "the prompt (-p)");
-    const std::vector<int32_t> prompt = engine->encode_prompt(o->prompt);
+    SINKQ_CHECK(o->chat || o->system.empty(), "--system needs --chat (a system message is part of a chat)");
+    std::vector<ChatMessage> messages;
+    if (!o->system.empty()) messages.push_back({"system", o->system});
+    messages.push_back({"user", o->prompt});
+    const std::vector<int32_t> prompt = o->chat ? engine->encode_chat(messages) : engine->encode_prompt(o->prompt);
     SINKQ_CHECK(!prompt.empty(), "the prompt (-p) is empty{}: nothing to condition on",
                 P ? " (behind a [BOS] prefix it gets no BOS of its own)" : " and the tokenizer adds no BOS");
     const int64_t need = int64_t(prompt.size()) + o->n;
@@ -79,10 +91,11 @@ void register_generate(CLI::App& app) {
     go.sampler = o->s;
     go.stop_ids = engine->stop_ids();
     if (o->stop_on_bos && tok.bos_id() >= 0) go.stop_ids.push_back(tok.bos_id());
+    if (o->chat && engine->end_of_turn_id() >= 0) go.stop_ids.push_back(engine->end_of_turn_id());
 
     StreamDecoder stream(tok);
     stream.prime(prompt);  // "Once" + " upon", not "Onceupon"
-    if (!o->json) {
+    if (!o->json && !o->chat) {  // a chat prints the reply alone
       fmt::print("{}", o->prompt);
       std::fflush(stdout);
     }
@@ -112,7 +125,7 @@ void register_generate(CLI::App& app) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
     std::fprintf(stderr, "[%zu prompt tokens, %zu generated%s; prefill %.1f tok/s, decode %.1f tok/s]\n",
-                 prompt.size(), r.generated.size(), r.stopped ? ", stopped at EOS" : "",
+                 prompt.size(), r.generated.size(), r.stopped ? (o->chat ? ", stopped at the end of the turn" : ", stopped at EOS") : "",
                  pre_tps, dec_tps);
   });
 }

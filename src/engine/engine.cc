@@ -231,8 +231,11 @@ std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& message
   std::vector<ChatMessage> messages = messages_in;
   // IntactKV[P]: a conversation without a system message runs behind the prefix's.
   if (system_prefix && messages.front().role != "system") messages.insert(messages.begin(), {"system", spec->text});
-  const std::string text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true);
-  std::vector<int32_t> ids = tokenizer_->encode(text);
+  const std::string text = render_chat(tpl, "the model's chat template", messages, /*add_generation_prompt=*/true,
+                                       ChatSpecials::of(*tokenizer_));
+  // As transformers tokenizes a rendered chat: special tokens parsed, no BOS added (the template
+  // writes its own).
+  std::vector<int32_t> ids = tokenizer_->encode(text, EncodeOptions{.add_special = false, .parse_special = true});
   const std::vector<int32_t>& pre = prefix_tokens();
   if (!pre.empty() && ids.size() >= pre.size() && std::equal(pre.begin(), pre.end(), ids.begin()))
     return {ids.begin() + long(pre.size()), ids.end()};
@@ -245,7 +248,7 @@ std::vector<int32_t> Engine::encode_chat(const std::vector<ChatMessage>& message
 }
 
 int32_t Engine::end_of_turn_id() const {
-  const std::string e = chat_end_of_turn(tokenizer_->chat_template());
+  const std::string e = chat_end_of_turn(tokenizer_->chat_template(), ChatSpecials::of(*tokenizer_));
   return e.empty() ? -1 : tokenizer_->token_to_id(e);
 }
 

@@ -22,13 +22,12 @@ std::vector<ChatSample> chat_samples(const Tokenizer& tok, const ChatProxyOption
   SINKQ_CHECK(!tpl.empty(), "the chat proxy needs the model's chat template; this tokenizer has none");
   std::string format;
   const std::vector<std::string> docs = read_documents(opt.data, &format);
-  const std::string system_part = render_chat(tpl, "the model's chat template", {{"system", opt.system}}, false);
-  EncodeOptions special{.add_special = false, .parse_special = true}, raw{.add_special = false, .parse_special = false};
-  // Llama-2's rendering has no begin token of its own: the tokenizer's BOS opens it.
-  const bool bos = system_part.rfind("<|", 0) != 0;
-  special.add_special = bos;
+  const ChatSpecials sp = ChatSpecials::of(tok);
+  const std::string system_part = render_system_prompt_with(tpl, "the model's chat template", opt.system, sp);
+  // As transformers tokenizes a rendered chat: special tokens parsed, no BOS added.
+  const EncodeOptions special{.add_special = false, .parse_special = true},
+      raw{.add_special = false, .parse_special = false};
   const std::vector<int32_t> sys = tok.encode(system_part, special);
-  special.add_special = false;
   std::vector<ChatSample> out;
   for (size_t d = docs.size(); d-- > 0 && int(out.size()) < opt.conversations;) {
     std::istringstream in(docs[d]);
@@ -41,7 +40,8 @@ std::vector<ChatSample> chat_samples(const Tokenizer& tok, const ChatProxyOption
     std::vector<int32_t> resp = tok.encode(response, raw);
     if (int64_t(resp.size()) < opt.response_tokens) continue;
     resp.resize(size_t(opt.response_tokens));
-    const std::string prompt = render_chat(tpl, "the model's chat template", {{"system", opt.system}, {"user", user}}, true);
+    const std::string prompt =
+        render_chat(tpl, "the model's chat template", {{"system", opt.system}, {"user", user}}, true, sp);
     SINKQ_ASSERT(prompt.rfind(system_part, 0) == 0);
     ChatSample s;
     s.tokens = sys;

@@ -9,7 +9,7 @@
 // line), counted from the end of the file so that the first documents stay the calibration
 // text's: system = `system`, user = "Continue the following text.\n\n" + the document's first
 // `user_words` words, assistant = the following words, its first `response_tokens` tokens scored.
-// Rendered by the model's chat template family (calib/prefix.h render_chat) with the system part
+// Rendered by the model's own chat template (calib/prefix.h render_chat) with the system part
 // tokenized on its own (so it equals the tokens of --prefix system:TEXT) and the response tokenized
 // raw after the assistant header.
 #pragma once

@@ -2,7 +2,7 @@
 //
 // Endpoints (docs/serve.md): POST /v1/completions (text or token-id prompts, echo + logprobs for
 // lm-eval's loglikelihood, stop strings, streaming as server-sent events), POST
-// /v1/chat/completions (the model's chat template via calib/prefix.h render_chat; stops on the
+// /v1/chat/completions (the model's own chat template via calib/prefix.h render_chat; stops on the
 // template's end-of-turn token), GET /v1/models, /health, /metrics (Prometheus text), and the
 // tokenizer endpoints lm-eval's remote tokenizer uses (GET /tokenizer_info, POST /tokenize,
 // POST /detokenize).

@@ -1,4 +1,5 @@
 // tests/eval/prefix_spec_test.cc — --prefix values and system prompts (calib/prefix.h).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -46,70 +47,72 @@ TEST(PrefixSpec, TokensOfEachKind) {
             std::string::npos);
 }
 
-TEST(PrefixSpec, RendersTheSystemTurnOfKnownTemplates) {
+// Llama-2-chat's tokenizer_config.json template (the one-line original; the file in
+// tests/data/chat_templates is an indented copy whose whitespace renders too).
+const char* const kLlama2 =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
+    "== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+
+std::string real_template(const std::string& name) {
+  return read_file(std::string(SINKQ_SOURCE_DIR) + "/tests/data/chat_templates/" + name + ".jinja");
+}
+
+// IntactKV[P]'s system part from real templates (tests/data/chat_templates, rendered by the
+// tokenizer's chat-template interpreter, itself checked against jinja2 in tests/tokenizer): the
+// system message alone where conversations start with it, else their common head.
+TEST(PrefixSpec, RendersTheSystemPartOfRealTemplates) {
   testing::TempDir d;
   auto write_template = [&](const std::string& tpl) {
     std::ofstream(d.file("tokenizer_config.json")) << nlohmann::json{{"chat_template", tpl}}.dump();
   };
-  write_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}");
+  write_template(real_template("smollm2-135m-instruct"));
   EXPECT_EQ(render_system_prompt(d.path(), "Be brief."), "<|im_start|>system\nBe brief.<|im_end|>\n");
-  write_template("{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m.role }}<|end_header_id|>...");
-  EXPECT_EQ(render_system_prompt(d.path(), "Be brief."),
-            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>");
-  write_template("{% if messages[0]['role'] == 'system' %}<<SYS>>\n{% endif %}[INST] ...");
-  EXPECT_EQ(render_system_prompt(d.path(), "Be brief."), "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n");
-  write_template("{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");  // Mistral: no system role
-  EXPECT_NE(error_of([&] { render_system_prompt(d.path(), "x"); }).find("not one sinkq can render"), std::string::npos);
+  const ChatSpecials llama3{"<|begin_of_text|>", "<|eot_id|>"};
+  const std::string l3 = render_system_prompt_with(real_template("llama-3.1-8b-instruct"), "t", "Be brief.", llama3);
+  EXPECT_EQ(l3.rfind("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n", 0), 0u) << l3;
+  EXPECT_EQ(l3.substr(l3.size() - 19), "Be brief.<|eot_id|>");
+  // Llama-2 opens its first [INST] with the system part; Gemma 3 puts it in the first user turn.
+  const ChatSpecials llama2{"<s>", "</s>"};
+  EXPECT_EQ(render_system_prompt_with(kLlama2, "t", "Be brief.", llama2),
+            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n");
+  EXPECT_EQ(render_system_prompt_with(real_template("gemma-3-it"), "t", "Be brief.", {"<bos>", "<eos>"}),
+            "<bos><start_of_turn>user\nBe brief.\n\n");
+  // Gemma 2's template refuses a system role: its refusal is the error.
+  EXPECT_THAT(error_of([&] { render_system_prompt_with(real_template("gemma-2-2b-it"), "t", "x", {"<bos>", ""}); }),
+              ::testing::HasSubstr("System role not supported"));
+  // A template that drops the system message.
+  write_template("{% for m in messages %}{% if m.role == 'user' %}[INST] {{ m.content }} [/INST]{% endif %}{% endfor %}");
+  EXPECT_THAT(error_of([&] { render_system_prompt(d.path(), "x"); }), ::testing::HasSubstr("no system part"));
 }
 
-// Whole conversations: the ChatML cases of ../shared/tokenizers/chat-templates/cases.json (Qwen3's
-// template rendered by transformers; the plain ones, without thinking switches) exactly, and the
-// Llama-2 / Llama-3 layouts as their templates write them.
-// A ChatML template's default system turn is written when the conversation has none, as
-// transformers renders SmolLM2's template (its GGUF's text, newline literal) and Qwen2's (the
-// Jinja escape \n); a given system message replaces it; a template without one adds nothing.
-TEST(RenderChat, ChatMLDefaultSystemTurn) {
-  const std::string smol =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
-      "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
-      "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
-      "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+// Whole conversations through real templates, and the end-of-turn markup each writes.
+TEST(RenderChat, RealTemplates) {
+  const std::string smol = real_template("smollm2-135m-instruct");
+  // SmolLM2's default system turn when the conversation has none; a given one replaces it.
   EXPECT_EQ(render_chat(smol, "smol", {{"user", "Hi"}}, true),
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(render_chat(smol, "smol", {{"system", "S"}, {"user", "Hi"}}, false),
             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
-  const std::string qwen2 =
-      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\n"
-      "You are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
-      "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}";
-  EXPECT_EQ(render_chat(qwen2, "qwen2", {{"user", "Hi"}}, false),
-            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
-  EXPECT_EQ(chat_end_of_turn(qwen2), "<|im_end|>");
-  EXPECT_EQ(chat_end_of_turn("<|start_header_id|>"), "<|eot_id|>");
-  EXPECT_EQ(chat_end_of_turn("<<SYS>>"), "");
-}
-
-TEST(RenderChat, ConversationsOfKnownTemplates) {
-  const nlohmann::json cases =
-      nlohmann::json::parse(read_file(testing::shared_dir() + "/tokenizers/chat-templates/cases.json"));
-  int checked = 0;
-  for (const nlohmann::json& c : cases) {
-    if (c["model"] != "qwen3" || !c["kwargs"].empty()) continue;
-    std::vector<ChatMessage> msgs;
-    for (const nlohmann::json& m : c["messages"]) msgs.push_back({m["role"], m["content"]});
-    EXPECT_EQ(render_chat("<|im_start|>", "qwen3", msgs, c["add_generation_prompt"]), c["expected"].get<std::string>());
-    ++checked;
-  }
-  EXPECT_EQ(checked, 4);
   const std::vector<ChatMessage> conv = {{"system", "S"}, {"user", "U"}, {"assistant", "A"}, {"user", "V"}};
-  EXPECT_EQ(render_chat("<<SYS>>", "t", conv, true), "[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
-  EXPECT_EQ(render_chat("<<SYS>>", "t", {{"user", "U"}}, true), "[INST] U [/INST]");
-  EXPECT_EQ(render_chat("<|start_header_id|>", "t", {{"user", "U"}}, true),
-            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nU<|eot_id|><|start_header_id|>assistant"
-            "<|end_header_id|>\n\n");
-  EXPECT_NE(error_of([&] { render_chat("<|im_start|>", "t", {{"user", "U"}, {"system", "S"}}, false); }).find("role 'system'"),
-            std::string::npos);
+  EXPECT_EQ(render_chat(kLlama2, "t", conv, true, {"<s>", "</s>"}),
+            "<s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] V [/INST]");
+  EXPECT_EQ(render_chat(real_template("gemma-2-2b-it"), "t", {{"user", "U"}}, true, {"<bos>", "<eos>"}),
+            "<bos><start_of_turn>user\nU<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(chat_end_of_turn(smol), "<|im_end|>");
+  EXPECT_EQ(chat_end_of_turn(real_template("llama-3.1-8b-instruct"), {"<|begin_of_text|>", "<|eot_id|>"}), "<|eot_id|>");
+  EXPECT_EQ(chat_end_of_turn(real_template("gemma-3-it"), {"<bos>", "<eos>"}), "<end_of_turn>");
+  EXPECT_EQ(chat_end_of_turn(real_template("phi-3.5-mini-instruct"), {"<s>", "<|endoftext|>"}), "<|end|>");
+  EXPECT_EQ(chat_end_of_turn(kLlama2, {"<s>", "</s>"}), "</s>");
+  // A template that refuses the conversation: its own message, naming the source.
+  EXPECT_THAT(error_of([&] { render_chat(kLlama2, "t", {{"assistant", "A"}}, true, {"<s>", "</s>"}); }),
+              ::testing::HasSubstr("t: the chat template refused"));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "core/mmap.h"
 #include "cli/cli_run.h"
+#include "tokenizer/tokenizer.h"
 #include "util/testutil.h"
 
 namespace sinkq {
@@ -153,6 +154,27 @@ TEST(Cli, GenerateStreamsText) {
   const RunResult r = run({"generate", "-m", stories(), "-p", "Once upon a time", "-n", "20", "--temp", "0"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily.", 0), 0u) << r.out;
+}
+
+// --chat: -p as a user message through the model's own chat template (SmolLM2's, from its GGUF),
+// tokenized as transformers does (no BOS added), generation stopped at <|im_end|>.
+TEST(Cli, GenerateChatRendersTheModelsTemplate) {
+  const std::string smol = testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf";
+  const RunResult r =
+      run({"generate", "-m", smol, "--chat", "--system", "Be brief.", "-p", "What is 2+2?", "-n", "24", "--temp", "0", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  const auto tok = Tokenizer::load(smol);
+  EXPECT_EQ(j.at("prompt_ids").get<std::vector<int32_t>>(),
+            tok->encode("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                        "<|im_start|>assistant\n",
+                        EncodeOptions{.add_special = false}));
+  // The reply ends at the template's end of turn (<|im_end|>, excluded), not at -n.
+  EXPECT_TRUE(j.at("stopped").get<bool>()) << j.dump();
+  EXPECT_LT(j.at("generated_ids").size(), 24u);
+  EXPECT_FALSE(j.at("generated_ids").empty());
+  expect_error(run({"generate", "-m", smol, "--system", "x", "-p", "hi", "-n", "2"}), {"--system needs --chat"});
+  expect_error(run({"generate", "-m", stories(), "--chat", "-p", "hi", "-n", "2"}), {"no chat template"});
 }
 
 TEST(Cli, PplJsonMatchesGolden) {

@@ -193,7 +193,8 @@ TEST(Server, EchoLogprobsAreTheSessionsLogprobs) {
   // token is still listed (logprob, no text), so lm-eval's token_logprobs[ctxlen:-1] keeps every
   // continuation token.
   const std::vector<int32_t> done = e->tokenizer().encode(
-      render_chat(e->tokenizer().chat_template(), "t", {{"user", "What is 2+2?"}}, true) + "The answer is 4.");
+      render_chat(e->tokenizer().chat_template(), "t", {{"user", "What is 2+2?"}}, true) + "The answer is 4.",
+      EncodeOptions{.add_special = false});
   const json j = r.post("/v1/completions", {{"prompt", {done}}, {"max_tokens", 1}, {"echo", true}, {"logprobs", 1},
                                             {"temperature", 0}});
   ASSERT_EQ(j["choices"][0]["finish_reason"], "stop") << "the model should end its turn here";
@@ -261,7 +262,7 @@ TEST(Server, ChatUsesTheTemplateAndStopsAtEndOfTurn) {
   const std::vector<ChatMessage> msgs = {{"user", "What is the capital of France?"}};
   const std::string rendered = render_chat(e->tokenizer().chat_template(), "t", msgs, true);
   EXPECT_THAT(rendered, HasSubstr("You are a helpful AI assistant named SmolLM"));
-  const std::vector<int32_t> ids = e->tokenizer().encode(rendered);
+  const std::vector<int32_t> ids = e->tokenizer().encode(rendered, EncodeOptions{.add_special = false});
   const int32_t im_end = e->tokenizer().token_to_id("<|im_end|>");
   ASSERT_GE(im_end, 0);
   const std::vector<int32_t> want = reference_generate(*e, ids, 48, {0.0f}, {im_end});
@@ -310,7 +311,8 @@ TEST(Server, SystemPromptPrefixIsShared) {
   o.ctx = 256;
   Running r(e, o);
   const std::vector<ChatMessage> msgs = {{"system", sys}, {"user", "Name a color."}};
-  const std::vector<int32_t> all = e->tokenizer().encode(render_chat(e->tokenizer().chat_template(), "t", msgs, true));
+  const std::vector<int32_t> all =
+      e->tokenizer().encode(render_chat(e->tokenizer().chat_template(), "t", msgs, true), EncodeOptions{.add_special = false});
   ASSERT_TRUE(std::equal(e->prefix_tokens().begin(), e->prefix_tokens().end(), all.begin()));
   const std::vector<int32_t> body(all.begin() + e->prefix_size(), all.end());
   const std::vector<int32_t> want = reference_generate(*e, body, 16, {0.0f}, {e->tokenizer().token_to_id("<|im_end|>")});

@@ -151,6 +151,17 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& src, const cha
            r.high_freq_factor, r.low_freq_factor);
     return r;
   }
+  if (type == "freq_factors") {  // sinkq's own: a GGUF file's rope_freqs.weight (core/rope.h)
+    r.type = "freq_factors";
+    const json& v = f.req("factors");
+    if (!v.is_array() || v.empty()) f.bad("factors", "must be a non-empty list of positive numbers");
+    for (const json& e : v) {
+      if (!e.is_number() || !(e.get<double>() > 0) || !std::isfinite(e.get<double>()))
+        f.bad("factors", fmt::format("holds {}; every factor must be a positive number", e.dump()));
+      r.freq_factors.push_back(e.get<float>());
+    }
+    return r;
+  }
   fail("{}: field '{}': rope type '{}' is not supported (supported: default, linear, llama3)", src,
        key, type);
 }
@@ -275,6 +286,9 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     if (f.has("rope_scaling")) c.rope_scaling = parse_rope_scaling(j["rope_scaling"], src, "rope_scaling");
     else if (has_params) c.rope_scaling = parse_rope_scaling(j["rope_parameters"], src, "rope_parameters");
   }
+  if (c.rope_scaling.type == "freq_factors" && int(c.rope_scaling.freq_factors.size()) != c.head_dim / 2)
+    fail("{}: rope_scaling.factors has {} factors; head_dim {} needs {}", src, c.rope_scaling.freq_factors.size(),
+         c.head_dim, c.head_dim / 2);
   if (f.has("partial_rotary_factor") && f.j["partial_rotary_factor"] != 1.0 && f.j["partial_rotary_factor"] != 1)
     f.bad("partial_rotary_factor", fmt::format("is {}; partial rotary embeddings are not supported",
                                                j["partial_rotary_factor"].dump()));
@@ -404,6 +418,12 @@ json ModelConfig::to_json() const {
     j["rope_scaling"] = nullptr;
   } else {
     json rs{{"rope_type", rope_scaling.type}, {"factor", decimal(rope_scaling.factor)}};
+    if (rope_scaling.type == "freq_factors") {
+      rs.erase("factor");
+      json fs = json::array();
+      for (float x : rope_scaling.freq_factors) fs.push_back(decimal(x));
+      rs["factors"] = fs;
+    }
     if (rope_scaling.type == "llama3") {
       rs["low_freq_factor"] = decimal(rope_scaling.low_freq_factor);
       rs["high_freq_factor"] = decimal(rope_scaling.high_freq_factor);

@@ -15,9 +15,12 @@
 //   head of d rows: GGUF row 2i + j  <->  HF row j·d/2 + i  (i < d/2, j ∈ {0, 1}).
 // - Architectures: the family table's GGUF names (io/config.h kFamilies): `llama` (Llama, Mistral,
 //   SmolLM2 — llama.cpp writes them all as llama), `qwen2`, `qwen3`, `gemma2`, `gemma3`, `phi3`;
-//   tensor names from the layer schema (io/weights.h kLinearRoles, kVecRoles). Anything else,
-//   llama3-style `rope_freqs.weight`, partial rotary (rope.dimension_count ≠ head_dim) and unknown
-//   tensors are errors naming the key or tensor.
+//   tensor names from the layer schema (io/weights.h kLinearRoles, kVecRoles). Llama-3's
+//   `rope_freqs.weight` becomes rope_scaling "freq_factors". What the converter does not write is
+//   llama.cpp's rule: Gemma's attention scale is head_dim's (hidden / heads for the 27B models),
+//   Gemma 3 slides on 5 layers of 6 unless attention.sliding_window_pattern says otherwise.
+//   Anything else, partial rotary (rope.dimension_count ≠ head_dim) and unknown tensors are errors
+//   naming the key or tensor.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -99,8 +102,18 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
       fail("{}: {} '{}' is not supported (supported: none, linear)", g.path(), key("rope.scaling.type"), t);
     }
   }
-  SINKQ_CHECK(!g.find("rope_freqs.weight"), "{}: tensor 'rope_freqs.weight' (llama3-style frequency scaling) is "
-              "not supported for GGUF input", g.path());
+  // Llama-3's frequency scaling as llama.cpp's converter writes it: one divisor per frequency.
+  if (const GgufTensor* rf = g.find("rope_freqs.weight")) {
+    SINKQ_CHECK(rf->ne.size() == 1 && rf->ne[0] == head_dim / 2, "{}: tensor 'rope_freqs.weight' has shape {}, "
+                "expected [{}] (head_dim / 2)", g.path(), rf->shape_str(), head_dim / 2);
+    SINKQ_CHECK(gguf_can_dequantize(rf->type), "{}: tensor 'rope_freqs.weight' has type {}", g.path(),
+                ggml_type_name(rf->type));
+    std::vector<float> fs(size_t(head_dim / 2));
+    gguf_dequantize(rf->type, rf->data, fs.data(), head_dim / 2, g.path() + ": tensor 'rope_freqs.weight'");
+    SINKQ_CHECK(!g.has(key("rope.scaling.type")) || g.get_string(key("rope.scaling.type")) == "none",
+                "{}: both rope_freqs.weight and {} are set", g.path(), key("rope.scaling.type"));
+    c["rope_scaling"] = {{"rope_type", "freq_factors"}, {"factors", fs}};
+  }
   const GgufTensor* emb = g.find("token_embd.weight");
   SINKQ_CHECK(emb != nullptr, "{}: missing tensor 'token_embd.weight'", g.path());
   SINKQ_CHECK(emb->ne.size() == 2, "{}: tensor 'token_embd.weight' has shape {}, expected 2 dimensions", g.path(),
@@ -126,6 +139,24 @@ ModelConfig model_config_from_gguf(const GgufFile& g) {
   }
   if (fam.arch == Arch::Gemma3 && g.has(key("rope.freq_base_swa")))
     c["rope_local_base_freq"] = g.get_float(key("rope.freq_base_swa"));
+  // llama.cpp's Gemma attention scale: head_dim's, but hidden / heads for the 27B models (which it
+  // recognizes by their layer count: Gemma 2 46, Gemma 3 62), whose query_pre_attn_scalar that is.
+  if (!g.has(key("attention.scale"))) {
+    const int64_t layers = g.get_int(key("block_count"));
+    if ((fam.arch == Arch::Gemma2 && layers == 46) || (fam.arch == Arch::Gemma3 && layers == 62))
+      c["query_pre_attn_scalar"] = double(hidden / heads);
+  }
+  // Gemma 3's windowed layers: per layer when the file says (a bool array), else every 6th global.
+  if (fam.arch == Arch::Gemma3 && g.has(key("attention.sliding_window_pattern"))) {
+    const json& pat = g.metadata().at(key("attention.sliding_window_pattern"));
+    if (pat.is_array()) {
+      json types = json::array();
+      for (const json& e : pat) types.push_back(e.is_boolean() && e.get<bool>() ? "sliding_attention" : "full_attention");
+      c["layer_types"] = types;
+    } else {
+      c["sliding_window_pattern"] = g.get_int(key("attention.sliding_window_pattern"));
+    }
+  }
   if (g.has("tokenizer.ggml.bos_token_id")) c["bos_token_id"] = g.get_int("tokenizer.ggml.bos_token_id");
   if (g.has("tokenizer.ggml.eos_token_id")) c["eos_token_id"] = g.get_int("tokenizer.ggml.eos_token_id");
   c["torch_dtype"] = "float32";
@@ -280,6 +311,7 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   }
   ld.skip_data(!range.last(N));
   w.final_norm = ld.vec("output_norm.weight", hidden);
+  if (ld.has("rope_freqs.weight")) ld.vec("rope_freqs.weight", cfg.head_dim / 2);  // read into the config
   w.lm_head = cfg.tie_word_embeddings ? w.embed : ld.mat("output.weight", vocab, hidden);
   ld.reject_unused();
   return m;

@@ -34,6 +34,12 @@ RopeTable RopeTable::make(const RopeParams& p) {
   }
   const RopeScaling& sc = p.scaling;
   if (sc.type == "none" || sc.type == "default") return rt;
+  if (sc.type == "freq_factors") {  // llama.cpp's rope_freqs: one divisor per frequency
+    SINKQ_CHECK(int(sc.freq_factors.size()) == half, "RoPE: {} frequency factors for head_dim {} (want {})",
+                sc.freq_factors.size(), rt.head_dim, half);
+    for (int i = 0; i < half; ++i) rt.inv_freq[size_t(i)] = rt.inv_freq[size_t(i)] / sc.freq_factors[size_t(i)];
+    return rt;
+  }
   SINKQ_CHECK(sc.factor > 0.0f, "RoPE: rope_scaling.factor {} must be positive", sc.factor);
   if (sc.type == "linear") {
     // HF >= 4.38 folds the factor into inv_freq (older code divided positions: same angles up to

@@ -4,16 +4,19 @@
 // the real forward pass — prefill of the whole text, token-by-token decode, and greedy generation.
 // The texts are longer than every sliding window (8 / 12 tokens of 40), so the windows, the
 // per-layer window patterns and Gemma 3's per-layer RoPE bases all take effect.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
 #include <string>
 
+#include "core/dtype.h"
 #include "core/mmap.h"
 #include "model/model.h"
 #include "util/testutil.h"
@@ -136,6 +139,87 @@ TEST(Families, FixtureConfigsExerciseTheirFeatures) {
   for (const char* f : {"llama3", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
     const ModelConfig c = Model::load(kDir + f)->config();
     EXPECT_EQ(ModelConfig::from_json(c.to_json(), f), c) << f << ": " << c.to_json().dump();
+  }
+}
+
+// The same models as llama.cpp's converter writes them (tests/data/families/*/model.gguf, made by
+// scripts/make_family_ggufs.py with gguf-py: byte-identical to convert_hf_to_gguf.py --outtype f16
+// minus the vocabulary): every weight equals the HF one rounded to f16 (q/k un-permuted, Gemma's
+// 1 + w), the config agrees but where the file cannot say (below), and the logits equal those of
+// the HF model with f16-rounded weights.
+TEST(Families, GgufFilesAreTheSameModels) {
+  for (const char* family : {"llama3", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"}) {
+    SCOPED_TRACE(family);
+    ModelFiles h = ModelFiles::load(kDir + family);
+    ModelFiles g = ModelFiles::load(kDir + family + "/model.gguf");
+    ModelConfig hc = h.config, gc = g.config;
+    // An artifact of the GGUF model writes this config as config.json (llama3: rope_type freq_factors).
+    EXPECT_EQ(ModelConfig::from_json(gc.to_json(), "gguf"), gc) << gc.to_json().dump();
+    // What a GGUF file does not carry, set as llama.cpp takes it: Gemma's score scale is
+    // head_dim's (the fixtures' query_pre_attn_scalar 24 is not written), Gemma 3 slides on 5 of 6
+    // layers (the fixture's 4 layers all slide); Llama-3's scaling comes as per-frequency factors.
+    if (hc.arch == Arch::Gemma2 || hc.arch == Arch::Gemma3) {
+      EXPECT_EQ(gc.query_pre_attn_scalar, float(gc.head_dim));
+      hc.query_pre_attn_scalar = float(hc.head_dim);
+    }
+    if (hc.arch == Arch::Gemma3) {
+      EXPECT_TRUE(gc.layer_sliding.empty());
+      hc.layer_sliding.clear();
+    }
+    if (hc.rope_scaling.type == "llama3") {
+      ASSERT_EQ(gc.rope_scaling.type, "freq_factors");
+      const RopeTable a = RopeTable::make(hc.rope()), b = RopeTable::make(gc.rope());
+      for (size_t i = 0; i < a.inv_freq.size(); ++i)  // the factors are fp32 of float64 arithmetic
+        EXPECT_NEAR(b.inv_freq[i], a.inv_freq[i], 2e-7 * a.inv_freq[i]) << i;
+      gc.rope_scaling = hc.rope_scaling;
+    }
+    hc.torch_dtype = gc.torch_dtype = "";
+    hc.bos_token_id = gc.bos_token_id;
+    hc.eos_token_ids = gc.eos_token_ids;
+    EXPECT_EQ(gc, hc) << gc.to_json().dump() << "\n" << hc.to_json().dump();
+    // Every weight: the GGUF's (F16 matrices dequantized) = the HF one rounded to f16.
+    auto rounded = [&](Mat& m) {
+      std::vector<float> v(size_t(m.rows * m.cols));
+      to_f32(m.dtype, m.data, v.data(), v.size());
+      for (float& x : v) x = f16_to_f32(f32_to_f16(x));
+      m.data = h.weights.own(std::move(v));
+      m.dtype = DType::F32;
+    };
+    auto same = [](const Mat& a, const Mat& b, const std::string& what) {
+      ASSERT_EQ(a.rows, b.rows) << what;
+      ASSERT_EQ(a.cols, b.cols) << what;
+      EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.rows * a.cols) * 4), 0) << what;
+    };
+    const bool tied = h.weights.tied();
+    rounded(h.weights.embed);
+    if (tied) h.weights.lm_head = h.weights.embed;
+    else rounded(h.weights.lm_head);
+    same(g.weights.embed, h.weights.embed, "embed");
+    same(g.weights.lm_head, h.weights.lm_head, "lm_head");
+    EXPECT_EQ(std::memcmp(g.weights.final_norm, h.weights.final_norm, size_t(hc.hidden_size) * 4), 0);
+    for (int l = 0; l < hc.num_layers; ++l) {
+      LayerWeights& hl = h.weights.layers[size_t(l)];
+      const LayerWeights& gl = g.weights.layers[size_t(l)];
+      for (const LinearRoleInfo& r : kLinearRoles) {
+        rounded(hl.mat(r.role));
+        same(gl.mat(r.role), hl.mat(r.role), fmt::format("layer {} {}", l, r.name));
+      }
+      for (const VecRoleInfo& r : kVecRoles) {
+        ASSERT_EQ(gl.vec(r.role) != nullptr, hl.vec(r.role) != nullptr) << l << " " << r.name;
+        if (hl.vec(r.role))
+          EXPECT_EQ(std::memcmp(gl.vec(r.role), hl.vec(r.role), size_t(vec_dim(r, hc)) * 4), 0) << l << " " << r.name;
+      }
+    }
+    // The logits: the GGUF model against the HF model with those rounded weights and the GGUF's
+    // config (the same computation: equal up to the RoPE factors' last bits for llama3).
+    auto hm = Model::from_weights(gc, std::move(h.weights));
+    auto gm = Model::from_weights(gc, std::move(g.weights));
+    const Reference ref = reference(family);
+    Forward fh(hm, 64), fg(gm, 64);
+    const auto a = fh.step(ref.tokens, true);
+    const std::vector<float> want(a.begin(), a.end());
+    const auto b = fg.step(ref.tokens, true);
+    EXPECT_LE(max_diff(b, std::vector<double>(want.begin(), want.end())), 1e-5) << family;
   }
 }
 

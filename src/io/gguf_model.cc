@@ -273,7 +273,6 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   ModelWeights& w = m.weights;
   GgufLoader ld(*g, w);
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
-  const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
   // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); the others
   // keep the HF order (rope type "neox" = rotate_half). Gemma's norms hold 1 + w already.
   const LayerSpec& spec = cfg.spec();
@@ -294,14 +293,8 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
                                                   : 0;
       const int64_t out = role_dim(r.out, cfg), in = role_dim(r.in, cfg);
       // Phi-3: llama.cpp keeps the fused attn_qkv ([q; k; v] rows) and ffn_up ([gate; up] rows).
-      if (spec.fused_linears && (r.input == 0 || r.role == LinearRole::Gate || r.role == LinearRole::Up)) {
-        const bool qkv = r.input == 0;
-        const int64_t total = qkv ? cfg.q_dim() + 2 * cfg.kv_dim() : 2 * int64_t(cfg.intermediate_size);
-        const int64_t r0 = r.role == LinearRole::Q || r.role == LinearRole::Gate ? 0
-                           : r.role == LinearRole::K ? cfg.q_dim()
-                           : r.role == LinearRole::V ? cfg.q_dim() + cfg.kv_dim()
-                                                     : cfg.intermediate_size;
-        L.mat(r.role) = ld.rows(p + (qkv ? "attn_qkv.weight" : "ffn_up.weight"), total, in, r0, out, p + r.gguf + ".weight");
+      if (const auto f = fused_part(r, cfg)) {
+        L.mat(r.role) = ld.rows(p + f->gguf + ".weight", f->rows, in, f->row0, out, p + r.gguf + ".weight");
         continue;
       }
       L.mat(r.role) = ld.mat(p + r.gguf + ".weight", out, in, heads);

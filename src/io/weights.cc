@@ -141,7 +141,6 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
   w.store = TensorStore::open_dir(dir);
   Loader ld(w, dir);
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
-  const int64_t q_dim = cfg.q_dim(), kv_dim = cfg.kv_dim();
 
   ld.skip_data(!range.holds_embed(N, cfg.tie_word_embeddings));
   w.embed = ld.mat("model.embed_tokens.weight", vocab, hidden);
@@ -163,22 +162,10 @@ ModelWeights ModelWeights::load(const std::string& dir, const ModelConfig& cfg, 
     for (const LinearRoleInfo& r : kLinearRoles) {
       const std::string name = p + r.hf + ".weight";
       const int64_t out = role_dim(r.out, cfg), in = role_dim(r.in, cfg);
-      if (!spec.fused_linears) {
+      if (const auto f = fused_part(r, cfg))  // Phi-3: its rows of qkv_proj / gate_up_proj, in place
+        L.mat(r.role) = ld.rows(p + f->hf + ".weight", f->rows, in, f->row0, out, name);
+      else
         L.mat(r.role) = ld.mat(name, out, in);
-        continue;
-      }
-      // Phi-3: qkv_proj = [q; k; v] rows, gate_up_proj = [gate; up] rows, split in place.
-      const bool qkv = r.input == 0, gate_up = r.input == 2;
-      if (!qkv && !gate_up) {
-        L.mat(r.role) = ld.mat(name, out, in);
-        continue;
-      }
-      const int64_t total = qkv ? cfg.q_dim() + 2 * cfg.kv_dim() : 2 * int64_t(cfg.intermediate_size);
-      const int64_t r0 = r.role == LinearRole::Q || r.role == LinearRole::Gate ? 0
-                         : r.role == LinearRole::K ? cfg.q_dim()
-                         : r.role == LinearRole::V ? cfg.q_dim() + cfg.kv_dim()
-                                                   : cfg.intermediate_size;
-      L.mat(r.role) = ld.rows(p + (qkv ? "self_attn.qkv_proj.weight" : "mlp.gate_up_proj.weight"), total, in, r0, out, name);
     }
     for (const VecRoleInfo& r : kVecRoles)
       if (has_vec(r, cfg))
@@ -226,6 +213,19 @@ std::string hf_vec_name(const VecRoleInfo& r, const ModelConfig& c, int l) {
 
 std::string gguf_vec_name(const VecRoleInfo& r, int l) {
   return fmt::format("blk.{}.{}.{}", l, r.gguf, r.kind == VecRoleInfo::Kind::Bias ? "bias" : "weight");
+}
+
+std::optional<FusedPart> fused_part(const LinearRoleInfo& r, const ModelConfig& c) {
+  if (!c.spec().fused_linears) return std::nullopt;
+  const int64_t q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  switch (r.role) {
+    case LinearRole::Q: return FusedPart{"self_attn.qkv_proj", "attn_qkv", q + 2 * kv, 0};
+    case LinearRole::K: return FusedPart{"self_attn.qkv_proj", "attn_qkv", q + 2 * kv, q};
+    case LinearRole::V: return FusedPart{"self_attn.qkv_proj", "attn_qkv", q + 2 * kv, q + kv};
+    case LinearRole::Gate: return FusedPart{"mlp.gate_up_proj", "ffn_up", 2 * inter, 0};
+    case LinearRole::Up: return FusedPart{"mlp.gate_up_proj", "ffn_up", 2 * inter, inter};
+    default: return std::nullopt;
+  }
 }
 
 int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,6 +74,17 @@ static_assert(int(LinearRole::Down) == kNumLinearRoles - 1);
 inline const LinearRoleInfo& role_info(int i) { return kLinearRoles[i]; }
 // The size of a table dimension in a model of config `c`.
 int64_t role_dim(LinearRoleInfo::Dim d, const ModelConfig& c);
+// Where role r's rows sit in a fused tensor (LayerSpec::fused_linears, Phi-3): q, k, v in
+// [q; k; v] (HF self_attn.qkv_proj, GGUF attn_qkv), gate and up in [gate; up] (HF
+// mlp.gate_up_proj, GGUF ffn_up); nullopt for a role stored on its own (o, down; every role
+// without fused_linears).
+struct FusedPart {
+  const char* hf;     // "self_attn.qkv_proj"
+  const char* gguf;   // "attn_qkv"
+  int64_t rows;       // the fused tensor's rows
+  int64_t row0;       // role r's first row in it
+};
+std::optional<FusedPart> fused_part(const LinearRoleInfo& r, const ModelConfig& c);
 
 // The decoder layers one process holds (MPI pipeline parallelism, dist/pipeline.h: a contiguous
 // stage of the layers): [begin, end) of the config's num_layers, the embedding table when begin

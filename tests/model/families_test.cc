@@ -206,8 +206,9 @@ TEST(Families, GgufFilesAreTheSameModels) {
       }
       for (const VecRoleInfo& r : kVecRoles) {
         ASSERT_EQ(gl.vec(r.role) != nullptr, hl.vec(r.role) != nullptr) << l << " " << r.name;
-        if (hl.vec(r.role))
+        if (hl.vec(r.role)) {
           EXPECT_EQ(std::memcmp(gl.vec(r.role), hl.vec(r.role), size_t(vec_dim(r, hc)) * 4), 0) << l << " " << r.name;
+        }
       }
     }
     // The logits: the GGUF model against the HF model with those rounded weights and the GGUF's

@@ -74,6 +74,20 @@ void check_model(const ModelConfig& c, Params<double> p, const std::vector<int32
   std::printf("  %d gradient entries checked, loss %.6f\n", checked, g.loss);
 }
 
+// The float training forward is the engine's: logits against Forward behind the same prefix
+// (fp32 summation orders differ: 1e-4 relative to the largest logit).
+void expect_training_forward_is_engines(const std::shared_ptr<const Model>& m, const std::shared_ptr<const KvPrefix>& kp,
+                                        const std::vector<int32_t>& toks, const std::vector<int32_t>& targets) {
+  const Params<float> pf = Params<float>::from_model(*m);
+  const PrefixKv<float> pref = PrefixKv<float>::from(*kp);
+  std::vector<float> mine;
+  loss(m->config(), pf, toks, targets, &pref, &mine);
+  Forward f(m, 32);
+  f.set_prefix(kp);
+  const auto want = f.step(toks, /*all_logits=*/true);
+  EXPECT_LE(testing::rel_diff(mine, std::vector<float>(want.begin(), want.end())), 1e-4);
+}
+
 TEST(GradModel, TinyModelAgainstFiniteDifferences) {
   for (bool llama3 : {false, true})
     for (int window : {0, 5})
@@ -112,16 +126,7 @@ TEST(GradModel, Stories260KAgainstFiniteDifferences) {
   const auto kp = KvPrefix::compute(m, {1});
   PrefixKv<double> pre = PrefixKv<double>::from(*kp);
   check_model(c, p, toks, targets, &pre, 4);
-  // The float training forward is the engine's: logits against Forward behind the same prefix
-  // (fp32 summation orders differ: 1e-4 relative to the largest logit).
-  const Params<float> pf = Params<float>::from_model(*m);
-  const PrefixKv<float> pref = PrefixKv<float>::from(*kp);
-  std::vector<float> mine;
-  loss(c, pf, toks, targets, &pref, &mine);
-  Forward f(m, 32);
-  f.set_prefix(kp);
-  const auto want = f.step(toks, /*all_logits=*/true);
-  EXPECT_LE(testing::rel_diff(mine, std::vector<float>(want.begin(), want.end())), 1e-4);
+  expect_training_forward_is_engines(m, kp, toks, targets);
 }
 
 // Every family's extra ops (io/config.h LayerSpec) in the training forward and backward: the
@@ -142,14 +147,7 @@ TEST(GradModel, FamiliesAgainstFiniteDifferences) {
     const auto kp = KvPrefix::compute(m, {11, 23});
     PrefixKv<double> pre = PrefixKv<double>::from(*kp);
     check_model(c, p, toks, targets, &pre, 3);
-    const Params<float> pf = Params<float>::from_model(*m);
-    const PrefixKv<float> pref = PrefixKv<float>::from(*kp);
-    std::vector<float> mine;
-    loss(c, pf, toks, targets, &pref, &mine);
-    Forward f(m, 32);
-    f.set_prefix(kp);
-    const auto want = f.step(toks, /*all_logits=*/true);
-    EXPECT_LE(testing::rel_diff(mine, std::vector<float>(want.begin(), want.end())), 1e-4);
+    expect_training_forward_is_engines(m, kp, toks, targets);
   }
 }
 

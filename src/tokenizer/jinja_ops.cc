@@ -566,6 +566,7 @@ std::string percent_format(const std::string& fmt_str, const Value& args, bool e
         const size_t digits = spec.find_first_of("123456789");
         const int64_t width = digits != std::string::npos && digits < dot ? std::atoll(spec.c_str() + digits) : 0;
         const int64_t pad = std::max<int64_t>(0, width - py::length(s));
+        budget().check_string(static_cast<size_t>(pad) + s.size());  // "%99999999999s": the limit, not an allocation
         if (spec.find('-') != std::string::npos) {
           out += s + std::string(static_cast<size_t>(pad), ' ');
         } else {

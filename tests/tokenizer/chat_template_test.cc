@@ -332,6 +332,9 @@ TEST(ChatTemplateLimits, OutputSize) {
               HasSubstr("the output would exceed 1048576 bytes (the limit)"));
   EXPECT_THAT(error_of([] { render("{{ 'abc' * 1000000000000 }}", ojson::object(), small_limits()); }),
               HasSubstr("a string longer than 1048576 bytes"));
+  // A %-format width is padding the template asks for: the same limit, before any allocation.
+  EXPECT_THAT(error_of([] { render("{{ '%999999999999s' % 'x' }}", ojson::object(), small_limits()); }),
+              HasSubstr("a string longer than 1048576 bytes"));
   // The default limit is 64 MiB: doubling a string runs into it quickly.
   EXPECT_THAT(error_of([] {
                 render("{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}{% endfor %}");

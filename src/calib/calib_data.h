@@ -4,6 +4,11 @@
 // Input formats (chosen by content, not by name):
 //   jsonl  every non-empty line is a JSON object with a string field "text" (C4, the Pile):
 //          each line is one document
+//   ids    jsonl whose first line has an array field "ids": every line is one sample of token ids,
+//          used verbatim (no tokenizing, no sampling, no [BOS] added): the first N lines, the first
+//          L ids of each; fewer lines than N, a line shorter than L, or an id outside the
+//          tokenizer's vocabulary is an error. The way to give two implementations the same
+//          calibration tokens (bench/peers/). bos reports whether every sample starts with [BOS].
 //   text   anything else: the whole file (CRLF read as LF) is one document (WikiText-2)
 // Sampling (GPTQ's get_c4 / get_wikitext2 recipe, which PrefixQuant and the other papers reuse):
 //   every document is tokenized on its own without special tokens; a sample picks a document

@@ -3,6 +3,12 @@
 // The diagonal Fisher information of every layer's Keys (before RoPE) and Values on calibration
 // samples, with the activations beside it (train/fisher.h: the file KVQuant's Fisher-weighted
 // nuqX k-means reads). One forward and backward per sample, streamed to OUT (atomic).
+//
+// sinkq calib ids -m DIR|GGUF --calib FILE [--calib-samples N] [--calib-len L] [--calib-seed S]
+//                 -o OUT.jsonl [--force] [--json]
+// The calibration samples sinkq draws with these flags, as a file of token ids ({"ids": [...]}
+// per line, calib/calib_data.h "ids"): --calib OUT.jsonl gives exactly these samples back, and
+// another implementation reads the same tokens (bench/peers/). Written atomically.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -10,8 +16,11 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "calib/calib_data.h"
 #include "cli/commands.h"
+#include "core/mmap.h"
 #include "tokenizer/tokenizer.h"
 #include "train/fisher.h"
 
@@ -62,6 +71,35 @@ void register_calib(CLI::App& app) {
                r.tokens, r.bytes, seconds, double(peak) / (1 << 20));
     fmt::print("mean Fisher per layer, K (pre-RoPE) / V:\n");
     for (size_t l = 0; l < r.mean_k.size(); ++l) fmt::print("  layer {:>3}  {:.4g} / {:.4g}\n", l, r.mean_k[l], r.mean_v[l]);
+  });
+
+  auto oi = std::make_shared<Opts>();
+  CLI::App* ids = grp->add_subcommand(
+      "ids", "The calibration samples these flags draw, as token ids (jsonl, {\"ids\": [...]} per line; --calib reads it)");
+  add_model_flag(*ids, *oi);
+  add_calib_flags(*ids, *oi);
+  ids->add_option("-o,--out", oi->out, "Output jsonl file")->required();
+  ids->add_flag("--force", oi->force, "Replace an existing output file");
+  add_output_flags(*ids, *oi);
+  ids->callback([oi] {
+    calib_options(*oi, INT64_MAX);
+    std::error_code ec;
+    SINKQ_CHECK(oi->force || !std::filesystem::exists(oi->out, ec),
+                "'{}' already exists: refusing to overwrite it (use --force to replace it)", oi->out);
+    const auto model = Model::load(oi->model);
+    const auto tok = Tokenizer::load(oi->model);
+    const CalibOptions co = calib_options(*oi, model->config().max_position_embeddings);
+    const CalibSet calib = load_calib(oi->calib, *tok, co);
+    std::string text;
+    for (const auto& s : calib.samples) text += nlohmann::json{{"ids", s}}.dump() + "\n";
+    write_file_atomic(oi->out, text);
+    if (oi->json) {
+      print_json({{"out", oi->out}, {"samples", calib.samples.size()}, {"len", co.len}, {"seed", co.seed},
+                  {"bos", calib.bos}, {"calib_file", calib.file}, {"format", calib.format}});
+      return;
+    }
+    fmt::print("wrote {} ({} samples x {} tokens{}, from {} seed {})\n", oi->out, calib.samples.size(), co.len,
+               calib.bos ? ", [BOS] first" : "", calib.file, co.seed);
   });
 }
 

@@ -83,6 +83,9 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
   g.calib_len = cmd.add_option("--calib-len", o->calib_len,
                                "Tokens per calibration sample incl. BOS (default min(512, max_position_embeddings))");
   g.calib_seed = cmd.add_option("--calib-seed", o->calib_seed, "Seed of the calibration sampling (default 0)");
+  g.calib_stat = cmd.add_option("--calib-stat", o->calib_stat,
+                                "Range statistic of static activation / KV scales: sample_mean (each calibration "
+                                "sample's range, averaged; default) | max (over every calibration token)");
   g.prefix = cmd.add_option("--prefix", o->prefix,
                             "Full-precision KV prefix in front of every sequence: bos (IntactKV[B]) | auto (PrefixQuant "
                             "§5.1 on --calib) | ids:1,2 | text:TEXT | system:TEXT (IntactKV[P]) | none");
@@ -114,7 +117,8 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
 }
 
 bool QuantFlags::calib_flags_given() const {
-  return was_given(given.calib) || was_given(given.calib_samples) || was_given(given.calib_len) || was_given(given.calib_seed);
+  return was_given(given.calib) || was_given(given.calib_samples) || was_given(given.calib_len) || was_given(given.calib_seed) ||
+         was_given(given.calib_stat);
 }
 
 std::string QuantFlags::first_given() const {
@@ -124,7 +128,7 @@ std::string QuantFlags::first_given() const {
                               given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.kv_recent,
                               given.kv_recent_bits, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
-                              given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
+                              given.calib_stat, given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
                               given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
                               given.finetune_lr, given.finetune_scale_lr, given.finetune_batch, given.finetune_target};
   for (const CLI::Option* o : all)
@@ -237,6 +241,11 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
   // 0: min(512, max_position_embeddings), set once the model is known
   if (was_given(g.calib_len) || !was_given(g.recipe)) c.calib.len = calib_len;
   if (was_given(g.calib_seed) || !was_given(g.recipe)) c.calib.seed = calib_seed;
+  if (was_given(g.calib_stat)) {
+    SINKQ_CHECK(calib_stat == "max" || calib_stat == "sample_mean",
+                "--calib-stat: expected sample_mean or max, got '{}'", calib_stat);
+    c.calib.statistic = quant::parse_calib_statistic(calib_stat);
+  }
   if (was_given(g.prefix)) {
     if (prefix == "none") {
       c.prefix = quant::PrefixSim{};

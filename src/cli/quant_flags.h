@@ -52,6 +52,7 @@ struct QuantFlags {
   uint64_t rotate_seed = 0, calib_seed = 0;
   std::string calib;
   int64_t calib_samples = 8, calib_len = 0;
+  std::string calib_stat = "sample_mean";  // --calib-stat
   std::string prefix;                 // --prefix as given ("" = not given; "none" = no prefix)
   std::string prefix_source = "fp";   // --prefix-source
   double prefix_eta = 64.0;           // --prefix-eta: η of --prefix auto (PrefixQuant §5.1)
@@ -75,7 +76,8 @@ struct QuantFlags {
     CLI::Option *kv_codebook = nullptr, *kv_keys = nullptr, *kv_values = nullptr, *kv_outliers = nullptr,
                 *kv_qnorm = nullptr, *kv_recent = nullptr, *kv_recent_bits = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
-    CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr;
+    CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr,
+                *calib_stat = nullptr;
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;
     CLI::Option *prefix_train = nullptr, *prefix_train_lr = nullptr, *prefix_train_batch = nullptr;
     CLI::Option *finetune = nullptr, *finetune_epochs = nullptr, *finetune_lr = nullptr, *finetune_scale_lr = nullptr,

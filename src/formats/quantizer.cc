@@ -127,7 +127,22 @@ std::string describe(const QuantSpec& s) {
 
 // ---- calibration ---------------------------------------------------------------------------
 
-Calibrator::Calibrator(const QuantSpec& spec) : spec_(spec) { validate(spec); }
+std::string_view calib_statistic_name(CalibStatistic s) {
+  return s == CalibStatistic::Max ? "max" : "sample_mean";
+}
+
+CalibStatistic parse_calib_statistic(std::string_view name) {
+  if (name == "max") return CalibStatistic::Max;
+  if (name == "sample_mean") return CalibStatistic::SampleMean;
+  throw Error(fmt::format("calibration statistic '{}': expected max or sample_mean", name));
+}
+
+Calibrator::Calibrator(const QuantSpec& spec, CalibStatistic stat) : spec_(spec), stat_(stat) {
+  validate(spec);
+  SINKQ_CHECK(stat == CalibStatistic::Max || row_shared(spec.granularity),
+              "quant calibration: the sample_mean statistic needs a row-shared granularity, not {}",
+              granularity_name(spec.granularity));
+}
 
 void Calibrator::observe(const float* x, int64_t rows, int64_t cols) {
   validate(spec_, rows, cols);
@@ -140,12 +155,51 @@ void Calibrator::observe(const float* x, int64_t rows, int64_t cols) {
     // Both modes start at 0: the asymmetric range always holds 0, the symmetric absmax >= 0.
     lo_.assign(size_t(prow_ * pcol_), 0.0f);
     hi_.assign(size_t(prow_ * pcol_), 0.0f);
+    if (stat_ == CalibStatistic::SampleMean) {
+      col_lo_.assign(size_t(cols), 0.0);
+      col_hi_.assign(size_t(cols), 0.0);
+    }
   }
   SINKQ_CHECK(cols == cols_, "quant calibration: tensor has {} columns, earlier calls had {}", cols, cols_);
   SINKQ_CHECK(shared || rows == prow_,
               "quant calibration: {} needs the same rows in every call ({} then {})",
               granularity_name(spec_.granularity), prow_, rows);
   const bool sym = spec_.symmetric;
+  if (stat_ == CalibStatistic::SampleMean) {
+    if (rows == 0) return;
+    // This call's range per column (0 kept inside it, as every range of this file), then summed.
+    std::vector<float> clo(size_t(cols), 0.0f), chi(size_t(cols), 0.0f);
+    for (int64_t i = 0; i < rows; ++i) {
+      const float* row = x + i * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        const float v = row[j];
+        SINKQ_CHECK(std::isfinite(v), "quant: non-finite value {} at row {}, col {}", v, i, j);
+        if (sym) {
+          chi[size_t(j)] = std::fmax(chi[size_t(j)], std::fabs(v));
+        } else {
+          clo[size_t(j)] = std::fmin(clo[size_t(j)], v);
+          chi[size_t(j)] = std::fmax(chi[size_t(j)], v);
+        }
+      }
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      col_lo_[size_t(j)] += clo[size_t(j)];
+      col_hi_[size_t(j)] += chi[size_t(j)];
+    }
+    ++calls_;
+    rows_seen_ += rows;
+    // The group ranges: the mean per column, then the range over the group's columns.
+    for (int64_t b = 0; b < pcol_; ++b) {
+      float lo = 0.0f, hi = 0.0f;
+      for (int64_t j = b * col_block_; j < (b + 1) * col_block_; ++j) {
+        lo = std::fmin(lo, float(col_lo_[size_t(j)] / double(calls_)));
+        hi = std::fmax(hi, float(col_hi_[size_t(j)] / double(calls_)));
+      }
+      lo_[size_t(b)] = lo;
+      hi_[size_t(b)] = hi;
+    }
+    return;
+  }
   for (int64_t i = 0; i < rows; ++i) {
     const float* row = x + i * cols;
     const int64_t base = (shared ? 0 : i) * pcol_;

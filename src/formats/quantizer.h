@@ -84,20 +84,35 @@ struct Params {
 // Dynamic parameters from the data of x[rows, cols] (values must be finite: throws otherwise).
 Params compute_params(const QuantSpec& spec, const float* x, int64_t rows, int64_t cols);
 
-// Accumulates ranges over many calls for static calibration: params() equals compute_params()
-// on the row-concatenation of everything observed (max/min are order independent: bit-exact).
+// The statistic a static range is calibrated from (Recipe calib.statistic; docs/quant.md):
+//   Max         the range of every row observed: params() equals compute_params() on the
+//               row-concatenation of everything observed (max/min are order independent:
+//               bit-exact). Grows with the amount of calibration data (an extreme value).
+//   SampleMean  per call (one calibration sample) the range of each column, averaged over the
+//               calls, then the range over the columns of a scale group: the typical per-sample
+//               extreme, as PrefixQuant's code takes it (its get_act_stat: per-sample per-channel
+//               maxima, averaged (an EMA) over samples, then the max over the channels).
+//               Row-shared granularities only (static activations and KV); symmetric: abs-max
+//               per column, asymmetric: min and max per column (each averaged; 0 kept in range).
+enum class CalibStatistic { Max, SampleMean };
+std::string_view calib_statistic_name(CalibStatistic s);
+CalibStatistic parse_calib_statistic(std::string_view name);  // "max" | "sample_mean"; throws naming it
+
+// Accumulates ranges over many calls for static calibration (the statistic above).
 // Per-row granularities require the same number of rows in every call (weights).
 class Calibrator {
  public:
-  explicit Calibrator(const QuantSpec& spec);
+  explicit Calibrator(const QuantSpec& spec, CalibStatistic stat = CalibStatistic::Max);
   void observe(const float* x, int64_t rows, int64_t cols);
   bool empty() const { return rows_seen_ == 0; }
   Params params() const;  // throws if nothing was observed
 
  private:
   QuantSpec spec_;
-  int64_t rows_seen_ = 0, prow_ = 0, pcol_ = 0, col_block_ = 0, cols_ = 0;
-  std::vector<float> lo_, hi_;  // per group: min/max (asymmetric) or 0/absmax (symmetric)
+  CalibStatistic stat_;
+  int64_t rows_seen_ = 0, prow_ = 0, pcol_ = 0, col_block_ = 0, cols_ = 0, calls_ = 0;
+  std::vector<float> lo_, hi_;  // Max: per group: min/max (asymmetric) or 0/absmax (symmetric)
+  std::vector<double> col_lo_, col_hi_;  // SampleMean: per column, the sums of the per-call ranges
 };
 
 // Quantize -> dequantize x[rows, cols] in place (fp32 simulation). Throws if params do not fit

@@ -454,7 +454,7 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
       for (float r : grid) {
         QuantSpec spec = base;
         spec.clip_ratio = r;
-        slot.candidates.emplace_back(spec);
+        slot.candidates.emplace_back(spec, cfg.calib.statistic);
       }
       // Observe: the site unquantized, earlier sites at their chosen scales, later ones off.
       slot.state = Slot::State::Observe;

@@ -37,8 +37,10 @@
 //                 k, v, o_in, mlp_in, down_in): earlier sites fixed at their chosen scale, later
 //                 static sites off (unquantized); non-searched quantizers (dynamic activations or
 //                 KV, CrossQuant) stay on throughout.
-//   candidates    for each ratio r: the Params of Calibrator(spec with clip_ratio r) over every row
-//                 the site's hook saw on all samples (the site itself unquantized in that pass).
+//   candidates    for each ratio r: the Params of Calibrator(spec with clip_ratio r,
+//                 cfg.calib.statistic) over every row the site's hook saw on all samples (the site
+//                 itself unquantized in that pass); each sample is one run_layer call, so one
+//                 observe() call: sample_mean averages the samples' ranges (formats/quantizer.h).
 // Statistics come only from the rows a hook sees: a full-precision prefix already in the cache
 // (n_past() > 0) is never observed.
 #pragma once

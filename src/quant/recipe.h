@@ -188,6 +188,10 @@ struct CalibSim {
   int64_t len = 0;             // ... of L tokens (0 = the CLI's default, min(512, max_position))
   uint64_t seed = 0;
   int64_t weight_rows = 512;   // rows of X (tokens) per layer for the weight clip search
+  // The range statistic of static activation and KV scales (formats/quantizer.h CalibStatistic):
+  // the mean over samples of each sample's range (default; docs/quant.md "The static statistic"
+  // says why) or the range over every calibration token.
+  CalibStatistic statistic = CalibStatistic::SampleMean;
   std::vector<float> grid = default_clip_grid();  // candidates of every grid search, in order
 };
 

@@ -165,7 +165,8 @@ nlohmann::json Recipe::to_json() const {
     json g = json::array();
     for (float r : calib.grid) g.push_back(json_float(r));
     j["calibration"] = {{"file", calib.file}, {"samples", calib.samples}, {"len", calib.len},
-                        {"seed", calib.seed}, {"grid", g}, {"weight_rows", calib.weight_rows}};
+                        {"seed", calib.seed}, {"grid", g}, {"weight_rows", calib.weight_rows},
+                        {"statistic", calib_statistic_name(calib.statistic)}};
   } else {
     j["calibration"] = nullptr;
   }
@@ -398,7 +399,13 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jf, "batch")) c.finetune.batch = R.integer(*v, "finetune.batch");
   }
   if (const json* jc = R.find(j, "calibration"); jc && !jc->is_null()) {
-    R.keys(*jc, "calibration", {"file", "samples", "len", "seed", "grid", "weight_rows"});
+    R.keys(*jc, "calibration", {"file", "samples", "len", "seed", "grid", "weight_rows", "statistic"});
+    if (const json* v = R.find(*jc, "statistic")) {
+      const std::string t = R.str(*v, "calibration.statistic");
+      if (t != "max" && t != "sample_mean")
+        R.bad("calibration.statistic", "expected \"max\" or \"sample_mean\", got " + v->dump());
+      c.calib.statistic = parse_calib_statistic(t);
+    }
     if (const json* v = R.find(*jc, "weight_rows")) c.calib.weight_rows = R.int64(*v, "calibration.weight_rows");
     if (const json* v = R.find(*jc, "file")) c.calib.file = R.str(*v, "calibration.file");
     if (const json* v = R.find(*jc, "samples")) c.calib.samples = R.int64(*v, "calibration.samples");

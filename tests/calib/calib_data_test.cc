@@ -66,6 +66,45 @@ TEST(CalibData, TextFileIsOneDocumentAndSamplesAreItsSubsequences) {
   }
 }
 
+// The ids format: the lines' token ids verbatim (the first N lines, the first L ids of each), so
+// two implementations calibrate on the same tokens; what load_calib draws, written as ids, reads
+// back as the same samples.
+TEST(CalibData, IdsFileGivesItsSamplesVerbatim) {
+  auto tok = stories_tok();
+  TempDir d;
+  CalibOptions o;
+  o.samples = 3;
+  o.len = 16;
+  o.seed = 3;
+  const CalibSet drawn = load_calib(shared_dir() + "/data/c4/c4_train_00000_first1000.jsonl", *tok, o);
+  {
+    std::ofstream f(d.file("ids.jsonl"));
+    for (const auto& smp : drawn.samples) {
+      f << "{\"ids\": [";
+      for (size_t i = 0; i < smp.size(); ++i) f << (i ? "," : "") << smp[i];
+      f << ", 5, 6]}\n";  // longer than L: the first L ids are taken
+    }
+  }
+  const CalibSet back = load_calib(d.file("ids.jsonl"), *tok, o);
+  EXPECT_EQ(back.format, "ids");
+  EXPECT_EQ(back.samples, drawn.samples);
+  EXPECT_TRUE(back.bos);  // every sample starts with [BOS]
+  o.samples = 2;          // fewer than the file holds: the first lines
+  EXPECT_EQ(load_calib(d.file("ids.jsonl"), *tok, o).samples,
+            std::vector<std::vector<int32_t>>(drawn.samples.begin(), drawn.samples.begin() + 2));
+  o.samples = 4;  // more than the file holds
+  EXPECT_NE(error_of([&] { load_calib(d.file("ids.jsonl"), *tok, o); }).find("holds 3 samples"), std::string::npos);
+  o.samples = 1;
+  o.len = 20;  // longer than a line
+  EXPECT_NE(error_of([&] { load_calib(d.file("ids.jsonl"), *tok, o); }).find("line 1"), std::string::npos);
+  o.len = 2;
+  std::ofstream(d.file("bad.jsonl")) << "{\"ids\": [1, 100000]}\n";
+  EXPECT_NE(error_of([&] { load_calib(d.file("bad.jsonl"), *tok, o); }).find("ids[1] = 100000"), std::string::npos);
+  std::ofstream(d.file("bad2.jsonl")) << "{\"ids\": [1, 2]}\n{\"ids\": \"x\"}\n";
+  o.samples = 2;
+  EXPECT_NE(error_of([&] { load_calib(d.file("bad2.jsonl"), *tok, o); }).find("line 2"), std::string::npos);
+}
+
 TEST(CalibData, ErrorsNameTheFileAndTheProblem) {
   auto tok = stories_tok();
   TempDir d;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -87,6 +88,43 @@ TEST(CliCalib, RotationOnlyIsTheFullPrecisionModel) {
   EXPECT_NEAR(pb, pa, 1e-4 * pa);
   EXPECT_EQ(json::parse(b.out).at("config").at("rotation").at("on"), true);
   EXPECT_TRUE(json::parse(b.out).at("config").at("calibration").is_null());
+}
+
+// `sinkq calib ids` writes the samples the sampling flags draw; calibrating on that file is the
+// same calibration (the same tokens through the same engine: the same ppl to the last digit), and
+// the statistic of the static ranges is in the JSON (sample_mean by default, max when asked, which
+// calibrates differently on more than one sample).
+TEST(CliCalib, IdsFileReproducesTheSamplingAndStatisticIsStated) {
+  testing::TempDir d;
+  const std::vector<std::string> draw = {"--calib", sample_text(), "--calib-samples", "3", "--calib-len", "48",
+                                         "--calib-seed", "5"};
+  std::vector<std::string> a = {"calib", "ids", "-m", stories(), "-o", d.file("ids.jsonl"), "--json"};
+  a.insert(a.end(), draw.begin(), draw.end());
+  const RunResult w = run(a);
+  ASSERT_EQ(w.rc, 0) << w.err;
+  EXPECT_EQ(json::parse(w.out).at("samples"), 3);
+  const std::string ids = read_file(d.file("ids.jsonl"));
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), '\n'), 3);
+  expect_error(run(a), {"ids.jsonl", "--force"});  // never overwritten silently
+
+  const std::vector<std::string> q = {"--preset", "w4a4kv4", "--a-quant", "static", "--kv-quant", "static",
+                                      "--a-clip", "1", "--kv-clip", "1", "--json"};
+  std::vector<std::string> f1 = q, f2 = q, f3 = q;
+  f1.insert(f1.end(), draw.begin(), draw.end());
+  for (auto* f : {&f2, &f3}) f->insert(f->end(), {"--calib", d.file("ids.jsonl"), "--calib-samples", "3", "--calib-len", "48"});
+  f3.insert(f3.end(), {"--calib-stat", "max"});
+  const RunResult r1 = ppl(f1), r2 = ppl(f2), r3 = ppl(f3);
+  ASSERT_EQ(r1.rc, 0) << r1.err;
+  ASSERT_EQ(r2.rc, 0) << r2.err;
+  ASSERT_EQ(r3.rc, 0) << r3.err;
+  const json j1 = json::parse(r1.out), j2 = json::parse(r2.out), j3 = json::parse(r3.out);
+  EXPECT_EQ(j1.at("ppl"), j2.at("ppl"));
+  EXPECT_EQ(j2.at("config").at("calibration").at("data").at("format"), "ids");
+  EXPECT_EQ(j1.at("config").at("calibration").at("statistic"), "sample_mean");
+  EXPECT_EQ(j3.at("config").at("calibration").at("statistic"), "max");
+  EXPECT_NE(j3.at("ppl"), j2.at("ppl"));
+  expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", sample_text(), "--calib-stat", "median"}),
+               {"--calib-stat", "median"});
 }
 
 TEST(CliCalib, Errors) {

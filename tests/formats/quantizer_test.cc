@@ -190,6 +190,53 @@ TEST(Quantizer, StaticEqualsDynamicWhenCalibratedOnTheSameTensor) {
     }
 }
 
+// SampleMean: each call's range per column, averaged over the calls, then the range over a group's
+// columns; one call equals Max (the mean of one range is that range), and the averaged range is
+// never wider than Max's (a mean of per-call maxima is at most their max). Exact values below are
+// small integers and halves: every sum and mean is exact in fp32/double.
+TEST(Quantizer, SampleMeanAveragesEachCallsColumnRanges) {
+  // Two calls of 2 rows × 4 columns; PerHeadShared with head_dim 2: groups {0,1} and {2,3}.
+  const std::vector<float> a = {1, -4, 0.5f, 2,  //
+                                -2, 1, 6, -1};
+  const std::vector<float> b = {3, 2, -2, 0,  //
+                                0, -1, 1, 5};
+  QuantSpec s = spec_of(Granularity::PerHeadShared, 4, true);
+  s.head_dim = 2;
+  Calibrator mean(s, CalibStatistic::SampleMean), max(s);
+  for (Calibrator* c : {&mean, &max}) {
+    c->observe(a.data(), 2, 4);
+    c->observe(b.data(), 2, 4);
+  }
+  // |x| maxima per column: call a (2, 4, 6, 2), call b (3, 2, 2, 5): means (2.5, 3, 4, 3.5);
+  // group ranges 3 and 4 (Max: 4 and 6). Scale = range / 7.
+  ASSERT_EQ(mean.params().scale.size(), 2u);
+  EXPECT_FLOAT_EQ(mean.params().scale[0], 3.0f / 7);
+  EXPECT_FLOAT_EQ(mean.params().scale[1], 4.0f / 7);
+  EXPECT_FLOAT_EQ(max.params().scale[0], 4.0f / 7);
+  EXPECT_FLOAT_EQ(max.params().scale[1], 6.0f / 7);
+  // Asymmetric: per column min/max (0 kept inside): a lo (-2,-4,0,-1) hi (1,1,6,2);
+  // b lo (0,-1,-2,0) hi (3,2,1,5); means lo (-1,-2.5,-1,-0.5) hi (2,1.5,3.5,3.5).
+  // Per tensor: lo -2.5, hi 3.5, scale 6/15, z = rne(2.5 / 0.4) = rne(6.25) = 6.
+  QuantSpec as = spec_of(Granularity::PerTensor, 4, false);
+  Calibrator am(as, CalibStatistic::SampleMean);
+  am.observe(a.data(), 2, 4);
+  am.observe(b.data(), 2, 4);
+  EXPECT_FLOAT_EQ(am.params().scale[0], 6.0f / 15);
+  EXPECT_EQ(am.params().zero[0], 6);
+  // One call: SampleMean equals Max bit for bit.
+  Calibrator one_mean(as, CalibStatistic::SampleMean), one_max(as);
+  one_mean.observe(b.data(), 2, 4);
+  one_max.observe(b.data(), 2, 4);
+  EXPECT_EQ(one_mean.params().scale, one_max.params().scale);
+  EXPECT_EQ(one_mean.params().zero, one_max.params().zero);
+  // Per-row granularities have no per-sample meaning: refused, naming the statistic.
+  EXPECT_THAT(error_of([] { Calibrator(spec_of(Granularity::PerRow, 4, true), CalibStatistic::SampleMean); }),
+              HasSubstr("sample_mean"));
+  EXPECT_EQ(parse_calib_statistic("max"), CalibStatistic::Max);
+  EXPECT_EQ(calib_statistic_name(CalibStatistic::SampleMean), "sample_mean");
+  EXPECT_THAT(error_of([] { parse_calib_statistic("mean"); }), HasSubstr("'mean'"));
+}
+
 TEST(Quantizer, GranularityBlocksAreIndependentPerTensorQuantizers) {
   // Every granularity must equal per-tensor quantization of exactly its documented blocks.
   std::mt19937_64 rng(6);

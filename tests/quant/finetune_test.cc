@@ -230,8 +230,13 @@ TEST(Finetune, HeldOutBlockOutputsMoveTowardTheFpTrajectory) {
   held_opt.len = 128;
   const auto held =
       load_calib(testing::shared_dir() + "/data/wikitext-2/wikitext2_test_joined.txt", *tok, held_opt).samples;
-  const SimModel tuned = build_sim(stories(), w4a8kv4(3), c);
-  const SimModel plain = build_sim(stories(), w4a8kv4(0), c);
+  // The starting point is the grid search from the `max` statistic, where the bound was measured:
+  // from `sample_mean`'s better start fine-tuning has less to gain on block 0 (0.907x measured,
+  // 0.82-0.87x on the others), which is about the statistic, not about fine-tuning.
+  Recipe tuned_recipe = w4a8kv4(3), plain_recipe = w4a8kv4(0);
+  tuned_recipe.calib.statistic = plain_recipe.calib.statistic = CalibStatistic::Max;
+  const SimModel tuned = build_sim(stories(), tuned_recipe, c);
+  const SimModel plain = build_sim(stories(), plain_recipe, c);
   Recipe fp_recipe;  // the rotated fp model with its prefix: the fine-tuning's targets
   fp_recipe.rotate = w4a8kv4(0).rotate;
   fp_recipe.prefix = w4a8kv4(0).prefix;

@@ -86,8 +86,8 @@ void read_id_samples(const std::string& path, std::string_view text, const Token
 
 }  // namespace
 
-std::vector<std::string> read_documents(const std::string& path, std::string* format) {
-  const std::string raw = read_file(path);
+// The documents of a file's text (read_documents, after reading).
+static std::vector<std::string> documents_of(const std::string& path, const std::string& raw, std::string* format) {
   require_utf8(raw, fmt::format("calibration file '{}'", path));
   const std::string text = lf_text(raw);
   SINKQ_CHECK(!text.empty(), "calibration file '{}' is empty", path);
@@ -107,22 +107,23 @@ std::vector<std::string> read_documents(const std::string& path, std::string* fo
   return docs;
 }
 
+std::vector<std::string> read_documents(const std::string& path, std::string* format) {
+  return documents_of(path, read_file(path), format);
+}
+
 CalibSet load_calib(const std::string& path, const Tokenizer& tok, const CalibOptions& opt) {
   SINKQ_CHECK(opt.samples >= 1, "calibration: the number of samples must be >= 1 (got {})", opt.samples);
   SINKQ_CHECK(opt.len >= 2, "calibration: the sample length must be >= 2 tokens (got {})", opt.len);
   CalibSet set;
   set.file = path;
   set.options = opt;
-  {
-    const std::string raw = read_file(path);
-    const std::string text = lf_text(raw);
-    if (looks_like_ids(text)) {
-      read_id_samples(path, text, tok, opt, set);
-      return set;
-    }
+  const std::string bytes = read_file(path);  // read once: the ids format or the documents
+  if (const std::string text = lf_text(bytes); looks_like_ids(text)) {
+    read_id_samples(path, text, tok, opt, set);
+    return set;
   }
   set.bos = opt.bos && tok.bos_id() >= 0;
-  std::vector<std::string> docs = read_documents(path, &set.format);
+  std::vector<std::string> docs = documents_of(path, bytes, &set.format);
   set.documents = int64_t(docs.size());
 
   EncodeOptions raw;

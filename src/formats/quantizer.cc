@@ -188,17 +188,7 @@ void Calibrator::observe(const float* x, int64_t rows, int64_t cols) {
     }
     ++calls_;
     rows_seen_ += rows;
-    // The group ranges: the mean per column, then the range over the group's columns.
-    for (int64_t b = 0; b < pcol_; ++b) {
-      float lo = 0.0f, hi = 0.0f;
-      for (int64_t j = b * col_block_; j < (b + 1) * col_block_; ++j) {
-        lo = std::fmin(lo, float(col_lo_[size_t(j)] / double(calls_)));
-        hi = std::fmax(hi, float(col_hi_[size_t(j)] / double(calls_)));
-      }
-      lo_[size_t(b)] = lo;
-      hi_[size_t(b)] = hi;
-    }
-    return;
+    return;  // params() turns the sums into group ranges
   }
   for (int64_t i = 0; i < rows; ++i) {
     const float* row = x + i * cols;
@@ -238,21 +228,34 @@ Params Calibrator::params() const {
   p.pcol = pcol_;
   p.col_block = col_block_;
   const size_t n = size_t(prow_ * pcol_);
+  std::vector<float> lo_mean, hi_mean;
+  if (stat_ == CalibStatistic::SampleMean) {
+    // The group ranges: the mean per column over the calls, then the range over the group's columns.
+    lo_mean.assign(n, 0.0f);
+    hi_mean.assign(n, 0.0f);
+    for (int64_t b = 0; b < pcol_; ++b)
+      for (int64_t j = b * col_block_; j < (b + 1) * col_block_; ++j) {
+        lo_mean[size_t(b)] = std::fmin(lo_mean[size_t(b)], float(col_lo_[size_t(j)] / double(calls_)));
+        hi_mean[size_t(b)] = std::fmax(hi_mean[size_t(b)], float(col_hi_[size_t(j)] / double(calls_)));
+      }
+  }
+  const std::vector<float>& lo = stat_ == CalibStatistic::SampleMean ? lo_mean : lo_;
+  const std::vector<float>& hi = stat_ == CalibStatistic::SampleMean ? hi_mean : hi_;
   p.scale.resize(n);
   const float clip = spec_.clip_ratio;
   if (spec_.symmetric) {
     // s = clip·absmax / (2^(N-1) - 1), evaluated in fp32 in exactly this order.
     const float denom = float((1 << (spec_.bits - 1)) - 1);
-    for (size_t k = 0; k < n; ++k) p.scale[k] = detail::guard_scale((clip * hi_[k]) / denom);
+    for (size_t k = 0; k < n; ++k) p.scale[k] = detail::guard_scale((clip * hi[k]) / denom);
   } else {
     // s = clip·(hi - lo) / (2^N - 1); z = clamp(rne(-clip·lo / s), 0, 2^N - 1).
     const float denom = float((1 << spec_.bits) - 1);
     p.zero.resize(n);
     for (size_t k = 0; k < n; ++k) {
-      const float range = hi_[k] - lo_[k];
-      SINKQ_CHECK(std::isfinite(range), "quant: value range [{}, {}] overflows fp32", lo_[k], hi_[k]);
+      const float range = hi[k] - lo[k];
+      SINKQ_CHECK(std::isfinite(range), "quant: value range [{}, {}] overflows fp32", lo[k], hi[k]);
       const float s = detail::guard_scale((clip * range) / denom);
-      const float z = std::nearbyint(std::fmin(std::fmax(-(clip * lo_[k]) / s, 0.0f), denom));
+      const float z = std::nearbyint(std::fmin(std::fmax(-(clip * lo[k]) / s, 0.0f), denom));
       p.scale[k] = s;
       p.zero[k] = int32_t(z);
     }

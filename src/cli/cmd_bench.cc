@@ -380,8 +380,8 @@ void register_bench(CLI::App& app) {
         const DType fp_dt = o->fp_dtype == "f32"    ? DType::F32
                             : o->fp_dtype == "f16"  ? DType::F16
                             : o->fp_dtype == "bf16" ? DType::BF16
-                            : src_dt == DType::F32  ? DType::F16
-                                                    : src_dt;
+                            : src_dt == DType::F32 || dtype_is_block(src_dt) ? DType::F16
+                                                                             : src_dt;
         packed = runtime::with_fp_dtype(packed, fp_dt);  // (an int8 head has no fp table: unchanged)
         if (!cfg.head.on()) r.describe += fmt::format(" | embeddings / lm_head {}", dtype_name(fp_dt));
         r.pack_s = secs(t0, Clock::now());

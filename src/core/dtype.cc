@@ -1,14 +1,60 @@
 #include "core/dtype.h"
 
+#include <string>
+
+#include "core/error.h"
+#include "core/gguf_quants.h"
+
 namespace sinkq {
+
+namespace {
+struct BlockType {
+  DType t;
+  const char* name;
+  int64_t elems;
+  size_t bytes;
+};
+// The ggml block layouts (core/gguf_quants.cc has each struct and its static_assert'ed size).
+constexpr BlockType kBlockTypes[] = {
+    {DType::Q4_0, "Q4_0", 32, 18},   {DType::Q4_1, "Q4_1", 32, 20},   {DType::Q5_0, "Q5_0", 32, 22},
+    {DType::Q5_1, "Q5_1", 32, 24},   {DType::Q8_0, "Q8_0", 32, 34},   {DType::Q2_K, "Q2_K", 256, 84},
+    {DType::Q3_K, "Q3_K", 256, 110}, {DType::Q4_K, "Q4_K", 256, 144}, {DType::Q5_K, "Q5_K", 256, 176},
+    {DType::Q6_K, "Q6_K", 256, 210},
+};
+const BlockType* block_type(DType t) {
+  for (const BlockType& b : kBlockTypes)
+    if (b.t == t) return &b;
+  return nullptr;
+}
+}  // namespace
+
+int64_t dtype_block_elems(DType t) { return dtype_is_block(t) ? block_type(t)->elems : 1; }
+size_t dtype_block_bytes(DType t) { return dtype_is_block(t) ? block_type(t)->bytes : dtype_size(t); }
+
+size_t dtype_row_bytes(DType t, int64_t n) {
+  const int64_t be = dtype_block_elems(t);
+  SINKQ_ASSERT(n >= 0 && n % be == 0);
+  return size_t(n / be) * dtype_block_bytes(t);
+}
+
+std::optional<DType> dtype_of_ggml(uint32_t ggml_type) {
+  if (ggml_type == 0) return DType::F32;
+  if (ggml_type == 1) return DType::F16;
+  if (ggml_type == 30) return DType::BF16;
+  for (const BlockType& b : kBlockTypes)
+    if (uint32_t(b.t) - 0x80u == ggml_type) return b.t;
+  return std::nullopt;
+}
 
 std::string_view dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    default: break;
   }
-  return "?";
+  const BlockType* b = block_type(t);
+  return b ? b->name : "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view s) {
@@ -63,6 +109,7 @@ uint16_t f32_to_f16(float f) {
 }
 
 void to_f32(DType t, const void* src, float* dst, size_t n) {
+  if (dtype_is_block(t)) return gguf_dequantize(uint32_t(t) - 0x80u, src, dst, int64_t(n), "a weight row");
   switch (t) {
     case DType::F32:
       std::memcpy(dst, src, n * 4);
@@ -77,6 +124,7 @@ void to_f32(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
       return;
     }
+    default: SINKQ_ASSERT(false);
   }
 }
 

@@ -84,7 +84,8 @@ runtime::WriteOptions::Remote receive_stages() {
 }
 
 DType resolve_fp_dtype(const std::string& value, DType source, const std::string& name) {
-  if (value == "auto") return source == DType::F32 ? DType::F16 : source;
+  // auto: an fp32 (or GGUF-block) table as f16, a bf16 / f16 one as it is.
+  if (value == "auto") return source == DType::F32 || dtype_is_block(source) ? DType::F16 : source;
   if (value == "f32") return DType::F32;
   if (value == "f16") return DType::F16;
   if (value == "bf16") return DType::BF16;

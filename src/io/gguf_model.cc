@@ -1,5 +1,5 @@
 // sinkq/io/gguf_model.cc — a GGUF file (llama.cpp's format) as a sinkq model: config from the
-// `{arch}.*` metadata, every tensor dequantized to fp32, Q/K rows back in the HF layout.
+// `{arch}.*` metadata, every matrix dequantized to fp32 or held as stored, Q/K rows back in the HF layout.
 //
 // Decisions:
 // - The config goes through ModelConfig::from_json as an HF config.json object built from the
@@ -8,8 +8,14 @@
 // - "Full precision" for a GGUF model is its dequantized weights in fp32 (what llama.cpp computes
 //   with, and what transformers' GGUF loader gives): the model sinkq quantizes further and the
 //   reference its KLD is measured against. A Q4_1 file is therefore not the original bf16 model.
+// - How the matrices are held (io/weights.h GgufWeights, SINKQ_GGUF_WEIGHTS): dequantized to fp32
+//   at load while that is small (≤ 2 GiB: fastest), else as the file stores them (mmap'd blocks,
+//   DType's ggml block types) and dequantized by the kernels where used — rows into a bounded
+//   scratch, by the same scalar reference, so every computation sees the same fp32 values and the
+//   results are the same bits (tests/io/gguf_model_test.cc). A 1.5B Q4_K_M model is then 1.1 GB
+//   resident instead of 7.1 GB. Quantization and rotation widen the matrices they rewrite.
 // - Memory is checked before anything is allocated: the fp32 copy of every tensor must fit in the
-//   memory the machine has (MemAvailable), else a clear error (sinkq has no on-the-fly GGUF kernels).
+//   memory the machine has (MemAvailable) when it is made, else a clear error.
 // - llama.cpp's converter permutes the rows of q and k per head so that RoPE pairs are adjacent
 //   (rotary dims (2i, 2i+1)); sinkq's RoPE is HF's rotate_half (pairs (i, i + d/2)). Within each
 //   head of d rows: GGUF row 2i + j  <->  HF row j·d/2 + i  (i < d/2, j ∈ {0, 1}).
@@ -25,6 +31,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -34,7 +41,7 @@
 #include "core/interrupt.h"
 #include "core/mmap.h"
 #include "io/gguf.h"
-#include "io/gguf_quants.h"
+#include "core/gguf_quants.h"
 #include "io/weights.h"
 
 namespace sinkq {
@@ -167,19 +174,34 @@ namespace {
 
 class GgufLoader {
  public:
-  GgufLoader(const GgufFile& g, ModelWeights& w) : g_(g), w_(w) {}
+  GgufLoader(const GgufFile& g, ModelWeights& w, GgufWeights mode) : g_(g), w_(w), mode_(mode) {}
 
   // Another pipeline stage's tensors from here on (LayerRange): names, shapes and types are
   // checked, nothing is dequantized — mat() gives the shape alone (data nullptr), vec() nullptr.
   void skip_data(bool skip) { skip_ = skip; }
 
-  // Tensor `name` as fp32 [rows, cols] (ggml ne = [cols, rows]), owned by the weights.
+  // Tensor `name` [rows, cols] (ggml ne = [cols, rows]): fp32 owned by the weights, or (Stored,
+  // a ggml block type) a view of the file's own blocks.
   Mat mat(const std::string& name, int64_t rows, int64_t cols, int unpermute_heads = 0) {
     const GgufTensor& t = take(name, {cols, rows});
+    const std::optional<DType> dt = dtype_of_ggml(t.type);
+    SINKQ_ASSERT(dt.has_value());  // take() checked gguf_can_dequantize: the same set
+    if (mode_ == GgufWeights::Stored && dtype_is_block(*dt)) {
+      Mat m{*dt, rows, cols, nullptr, name};
+      if (skip_) return m;
+      m.data = t.data;
+      if (unpermute_heads > 0) {
+        std::vector<std::byte>& b = w_.owned_bytes.emplace_back(t.data, t.data + t.nbytes);
+        unpermute_rows(b.data(), rows, dtype_row_bytes(*dt, cols), unpermute_heads);
+        m.data = b.data();
+      }
+      return m;
+    }
     if (skip_) return Mat{DType::F32, rows, cols, nullptr, name};
     std::vector<float> out(size_t(rows * cols));
     gguf_dequantize(t.type, t.data, out.data(), rows * cols, g_.path() + ": tensor '" + name + "'");
-    if (unpermute_heads > 0) unpermute(out, rows, cols, unpermute_heads);
+    if (unpermute_heads > 0)
+      unpermute_rows(reinterpret_cast<std::byte*>(out.data()), rows, size_t(cols) * sizeof(float), unpermute_heads);
     Mat m{DType::F32, rows, cols, nullptr, name};
     m.data = w_.own(std::move(out));
     return m;
@@ -198,9 +220,9 @@ class GgufLoader {
       fused_ = mat(name, total, cols);
       fused_name_ = name;
     }
-    Mat m{DType::F32, n, cols, nullptr, std::move(as)};
+    Mat m{fused_.dtype, n, cols, nullptr, std::move(as)};
     if (fused_.data)
-      m.data = static_cast<const float*>(fused_.data) + r0 * cols;
+      m.data = static_cast<const std::byte*>(fused_.data) + size_t(r0) * dtype_row_bytes(fused_.dtype, cols);
     return m;
   }
   bool has(const std::string& name) const { return g_.find(name) != nullptr; }
@@ -224,22 +246,24 @@ class GgufLoader {
     used_.insert(name);
     return *t;
   }
-  // llama.cpp's per-head interleave back to rotate_half order (see the file comment).
-  static void unpermute(std::vector<float>& m, int64_t rows, int64_t cols, int heads) {
+  // llama.cpp's per-head interleave back to rotate_half order (see the file comment), on rows of
+  // `row_bytes` bytes (fp32 values or a row's blocks: rows are whole blocks, so they move as bytes).
+  static void unpermute_rows(std::byte* m, int64_t rows, size_t row_bytes, int heads) {
     SINKQ_ASSERT(rows % heads == 0 && (rows / heads) % 2 == 0);
     const int64_t d = rows / heads, half = d / 2;
-    std::vector<float> head(size_t(d * cols));
+    std::vector<std::byte> head(size_t(d) * row_bytes);
     for (int h = 0; h < heads; ++h) {
-      float* base = m.data() + size_t(h) * size_t(d * cols);
-      std::memcpy(head.data(), base, head.size() * sizeof(float));
+      std::byte* base = m + size_t(h) * size_t(d) * row_bytes;
+      std::memcpy(head.data(), base, head.size());
       for (int64_t i = 0; i < half; ++i)
         for (int64_t j = 0; j < 2; ++j)
-          std::memcpy(base + (j * half + i) * cols, head.data() + (2 * i + j) * cols, size_t(cols) * sizeof(float));
+          std::memcpy(base + size_t(j * half + i) * row_bytes, head.data() + size_t(2 * i + j) * row_bytes, row_bytes);
     }
   }
 
   const GgufFile& g_;
   ModelWeights& w_;
+  GgufWeights mode_;
   std::set<std::string> used_;
   bool skip_ = false;
   Mat fused_;  // the last fused tensor rows() dequantized
@@ -247,6 +271,15 @@ class GgufLoader {
 };
 
 }  // namespace
+
+GgufWeights gguf_weights(uint64_t f32_bytes) {
+  const char* v = std::getenv("SINKQ_GGUF_WEIGHTS");
+  const std::string s = v ? v : "";
+  if (s == "f32") return GgufWeights::F32;
+  if (s == "stored") return GgufWeights::Stored;
+  SINKQ_CHECK(s.empty() || s == "auto", "SINKQ_GGUF_WEIGHTS='{}' is not one of f32, stored, auto", s);
+  return f32_bytes <= kGgufF32AutoBytes ? GgufWeights::F32 : GgufWeights::Stored;
+}
 
 ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   auto g = GgufFile::open(path);
@@ -266,12 +299,16 @@ ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {
   uint64_t f32_bytes = 0;
   for (const GgufTensor& t : g->tensors())
     if (held(t.name)) f32_bytes += uint64_t(t.numel()) * 4;
+  const GgufWeights mode = gguf_weights(f32_bytes);
   const uint64_t avail = mem_available_bytes();
-  SINKQ_CHECK(avail == 0 || f32_bytes < avail, "{}: the dequantized (fp32) model needs {:.2f} GB but only {:.2f} GB "
-              "of memory is available", path, double(f32_bytes) / 1e9, double(avail) / 1e9);
+  SINKQ_CHECK(mode == GgufWeights::Stored || avail == 0 || f32_bytes < avail,
+              "{}: the dequantized (fp32) model needs {:.2f} GB but only {:.2f} GB of memory is available "
+              "(SINKQ_GGUF_WEIGHTS=stored keeps the file's own blocks)", path, double(f32_bytes) / 1e9,
+              double(avail) / 1e9);
 
   ModelWeights& w = m.weights;
-  GgufLoader ld(*g, w);
+  if (mode == GgufWeights::Stored) w.keep_alive = g;  // Mats point into the mapping
+  GgufLoader ld(*g, w, mode);
   const int64_t hidden = cfg.hidden_size, vocab = cfg.vocab_size;
   // llama.cpp permutes q/k rows for the llama architecture only (its rope type "norm"); the others
   // keep the HF order (rope type "neox" = rotate_half). Gemma's norms hold 1 + w already.

@@ -190,6 +190,11 @@ struct ModelWeights {
   // A Mat whose bytes in the file are not aligned to its element size (possible in valid but
   // unusual files) is also copied here, bytes unchanged; Mat::data is always aligned.
   std::deque<std::vector<float>> owned;
+  // Owned bytes of other types: a GGUF model held as stored whose q/k rows had to be reordered
+  // (llama.cpp's per-head permutation) keeps those rows' blocks here.
+  std::deque<std::vector<std::byte>> owned_bytes;
+  // What else Mats may point into (a GGUF file's mapping when its weights are held as stored).
+  std::shared_ptr<const void> keep_alive;
 
   ModelWeights() = default;
   ModelWeights(ModelWeights&&) = default;  // deque/vector moves keep every buffer in place
@@ -217,10 +222,23 @@ struct ModelFiles {
   // dir/config.json + safetensors; a path to a GGUF file (magic "GGUF") goes to load_gguf.
   // `range`: only those layers' tensors are read (LayerRange).
   static ModelFiles load(const std::string& dir, LayerRange range = {});
-  // A GGUF file (io/gguf_model.cc): config from its metadata, every tensor (of `range`)
-  // dequantized to fp32, q/k rows un-permuted to the HF layout.
+  // A GGUF file (io/gguf_model.cc): config from its metadata, every tensor (of `range`) held as
+  // gguf_weights() says, q/k rows un-permuted to the HF layout.
   static ModelFiles load_gguf(const std::string& path, LayerRange range = {});
 };
+
+// How a GGUF model's matrices are held: F32 = dequantized to owned fp32 at load; Stored = the
+// file's own ggml blocks (Q4_K, …), mmap'd, dequantized by the kernels where used (DType's block
+// types; row blocks as F32's) — the same fp32 values either way, so the same results bit for bit,
+// at a seventh of the memory for a 4-bit file. F32 / F16 / BF16 tensors and the norm weights and
+// biases are fp32 in both (an F16 matrix held as F16 would run sgemm on other row blocks).
+enum class GgufWeights : uint8_t { F32, Stored };
+// SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value): auto dequantizes at
+// load while the model's fp32 matrices come to at most kGgufF32AutoBytes (fastest while small;
+// SmolLM2-135M: 0.5 GB) and keeps them as stored above (Qwen2.5-1.5B: 7.1 GB as fp32, 1.1 GB
+// stored). Another value is an error naming the variable.
+inline constexpr uint64_t kGgufF32AutoBytes = uint64_t(2) << 30;
+GgufWeights gguf_weights(uint64_t f32_bytes);
 
 class GgufFile;
 // The HF-equivalent config of a GGUF file's `{arch}.*` metadata, validated by ModelConfig::from_json.

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/isa_region.h"
 

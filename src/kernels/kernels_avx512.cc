@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/kernel_table.h"
 #include "kernels/isa_region.h"
 

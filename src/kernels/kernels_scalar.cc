@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "kernels/hadamard_kernels.h"
 #include "kernels/kernel_table.h"
 

@@ -106,6 +106,30 @@ std::string sgemm_backend(Isa isa_path) {
 
 namespace {
 
+// n elements of W's type at src widened to fp32: the ISA's kernel for F16 / BF16, the scalar
+// reference dequantization (core/gguf_quants.h) for ggml block types.
+void widen(const KernelTable& k, DType t, const void* src, float* dst, int64_t n) {
+  if (dtype_is_block(t)) return to_f32(t, src, dst, size_t(n));
+  k.widen(t, src, dst, n);
+}
+
+// GEMV rows [r0, r1) of a ggml block-type W: a tile of rows at a time dequantized into
+// thread-local fp32 and run on the F32 kernel, whose per-row summation order does not depend on
+// the rows it is given — the same bits as over a model widened at load.
+void gemv_blocks(const KernelTable& k, const Mat& W, int64_t r0, int64_t r1, const float* x, int64_t T,
+                 const float* bias, float* y) {
+  constexpr int64_t kTile = 24;  // a multiple of every ISA's row tile (6 / 3)
+  const int64_t in = W.cols;
+  const size_t row_bytes = dtype_row_bytes(W.dtype, in);
+  static thread_local std::vector<float> tile;
+  if (tile.size() < size_t(kTile * in)) tile.resize(size_t(kTile * in));
+  for (int64_t a = r0; a < r1; a += kTile) {
+    const int64_t n = std::min(kTile, r1 - a);
+    to_f32(W.dtype, static_cast<const char*>(W.data) + size_t(a) * row_bytes, tile.data(), size_t(n * in));
+    k.gemv(DType::F32, tile.data(), in, 0, n, x, T, bias ? bias + a : nullptr, y + a, W.rows);
+  }
+}
+
 // y[:, r0:r1) = x[T, in] · Wf[r0:r1, in]^T with Wf fp32 (row stride in), y row stride ldy.
 void sgemm_rows(const float* x, int64_t T, const float* Wf, int64_t nrows, int64_t in, float* y,
                 int64_t ldy) {
@@ -115,11 +139,13 @@ void sgemm_rows(const float* x, int64_t T, const float* Wf, int64_t nrows, int64
 void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W, const float* bias,
                   float* y) {
   const int64_t out = W.rows, in = W.cols;
-  const size_t esz = dtype_size(W.dtype);
+  const size_t row_bytes = dtype_row_bytes(W.dtype, in);
   const bool f32 = W.dtype == DType::F32;
   // Blocks of output features handed out dynamically: a thread that loses its core for a while
-  // (shared machine) delays one block, not half the matrix.
-  const int64_t rb = f32 ? 256 : widen_block_rows(in);
+  // (shared machine) delays one block, not half the matrix. ggml block types (a GGUF model held
+  // as stored) take F32's blocks: the same sgemm calls on the same fp32 values as a model
+  // widened at load, so the same bits.
+  const int64_t rb = f32 || dtype_is_block(W.dtype) ? 256 : widen_block_rows(in);
   const int64_t nblocks = (out + rb - 1) / rb;
   const int nt = threads_for(double(T) * double(out) * double(in) / 25.0);  // ~50 GFLOP/s
   parallel_for(nt, nblocks, 1, [&](int64_t blk, int64_t) {
@@ -127,11 +153,11 @@ void matmul_sgemm(const KernelTable& k, const float* x, int64_t T, const Mat& W,
     static thread_local std::vector<float> scratch;
     if (!f32 && scratch.size() < size_t(rb * in)) scratch.resize(size_t(rb * in));
     const int64_t r0 = blk * rb, nb = std::min(rb, out - r0);
-    const char* src = static_cast<const char*>(W.data) + size_t(r0 * in) * esz;
+    const char* src = static_cast<const char*>(W.data) + size_t(r0) * row_bytes;
     if (f32) {
       sgemm_rows(x, T, reinterpret_cast<const float*>(src), nb, in, y + r0, out);
     } else {
-      k.widen(W.dtype, src, scratch.data(), nb * in);
+      widen(k, W.dtype, src, scratch.data(), nb * in);
       sgemm_rows(x, T, scratch.data(), nb, in, y + r0, out);
     }
     if (bias)
@@ -168,14 +194,18 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
   }
   const KernelTable& k = detail::kernels();
   if (T > k.gemv_max_t) return matmul_sgemm(k, x, T, W, bias, y);
-  // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core.
-  const double ns_per_weight = double(dtype_size(W.dtype)) / 20.0 + double(T) / 12.0;
+  // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core; a block type's
+  // scalar dequantization ~1 ns a weight.
+  const bool blocks = dtype_is_block(W.dtype);
+  const double ns_per_weight = (blocks ? 1.0 : double(dtype_size(W.dtype)) / 20.0) + double(T) / 12.0;
   const int nt = threads_for(double(out) * double(in) * ns_per_weight);
-  if (nt == 1) return k.gemv(W.dtype, W.data, in, 0, out, x, T, bias, y, out);
+  auto rows = [&](int64_t r0, int64_t r1) {
+    if (blocks) return gemv_blocks(k, W, r0, r1, x, T, bias, y);
+    k.gemv(W.dtype, W.data, in, r0, r1, x, T, bias, y, out);
+  };
+  if (nt == 1) return rows(0, out);
   const int64_t rb = gemv_block_rows(out, nt), nblocks = (out + rb - 1) / rb;
-  parallel_for(nt, nblocks, 1, [&](int64_t blk, int64_t) {
-    k.gemv(W.dtype, W.data, in, blk * rb, std::min(out, (blk + 1) * rb), x, T, bias, y, out);
-  });
+  parallel_for(nt, nblocks, 1, [&](int64_t blk, int64_t) { rows(blk * rb, std::min(out, (blk + 1) * rb)); });
 }
 
 void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps) {
@@ -198,10 +228,10 @@ void embed_rows(const Mat& table, std::span<const int32_t> ids, float* out) {
                 "token id {} (position {}) is outside the vocabulary [0, {}) of {}", ids[i], i,
                 table.rows, table.name.empty() ? std::string("the embedding table") : table.name);
   const KernelTable& k = detail::kernels();
-  const size_t row_bytes = size_t(table.cols) * dtype_size(table.dtype);
+  const size_t row_bytes = dtype_row_bytes(table.dtype, table.cols);
   for (size_t i = 0; i < ids.size(); ++i)
-    k.widen(table.dtype, static_cast<const char*>(table.data) + size_t(ids[i]) * row_bytes,
-            out + i * table.cols, table.cols);
+    widen(k, table.dtype, static_cast<const char*>(table.data) + size_t(ids[i]) * row_bytes,
+          out + i * table.cols, table.cols);
 }
 
 void silu_mul(float* g, const float* u, int64_t T, int64_t n) {

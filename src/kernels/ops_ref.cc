@@ -18,7 +18,7 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
   const int64_t out = W.rows, in = W.cols;
   std::vector<float> w(static_cast<size_t>(in));
   for (int64_t r = 0; r < out; ++r) {
-    to_f32(W.dtype, static_cast<const char*>(W.data) + size_t(r * in) * dtype_size(W.dtype),
+    to_f32(W.dtype, static_cast<const char*>(W.data) + size_t(r) * dtype_row_bytes(W.dtype, in),
            w.data(), size_t(in));
     for (int64_t t = 0; t < T; ++t) {
       double acc = bias ? double(bias[r]) : 0.0;

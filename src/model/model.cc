@@ -55,6 +55,7 @@ void fill_uniform(void* dst, DType dtype, int64_t n, float a, uint64_t seed) {
         case DType::F32: static_cast<float*>(dst)[i] = v; break;
         case DType::BF16: static_cast<uint16_t*>(dst)[i] = f32_to_bf16(v); break;
         case DType::F16: static_cast<uint16_t*>(dst)[i] = f32_to_f16(v); break;
+        default: SINKQ_ASSERT(false);  // element types only
       }
     }
   }
@@ -162,7 +163,7 @@ std::shared_ptr<Model> Model::with_weights(std::shared_ptr<const Model> base, Mo
 
 int64_t Model::decode_weight_bytes() const {
   auto bytes = [](const Mat& m, const std::shared_ptr<const LinearImpl>& impl) {
-    return impl ? int64_t(impl->bytes()) : m.rows * m.cols * int64_t(dtype_size(m.dtype));
+    return impl ? int64_t(impl->bytes()) : m.rows * int64_t(dtype_row_bytes(m.dtype, m.cols));
   };
   const int N = cfg_.num_layers;
   int64_t total = stage_.last(N) ? bytes(w_.lm_head, w_.lm_head_impl) : 0;

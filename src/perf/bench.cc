@@ -53,7 +53,7 @@ bool reset_peak_rss() {
   return bool(f);
 }
 
-int64_t mat_bytes(const Mat& m) { return m.empty() ? 0 : m.rows * m.cols * int64_t(dtype_size(m.dtype)); }
+int64_t mat_bytes(const Mat& m) { return m.empty() ? 0 : m.rows * int64_t(dtype_row_bytes(m.dtype, m.cols)); }
 
 double kv_row_bytes_of(const Forward& f) {
   const ModelConfig& c = f.model().config();

@@ -131,6 +131,8 @@ StageTensors stage_tensors(const QuantizedModel& qm) {
   TensorList tl;
   json meta_linears = json::object();
   auto add_mat = [&](const std::string& name, const Mat& m) {
+    // fp tables are F32 / F16 / BF16 here (with_fp_dtype widened a GGUF's blocks).
+    SINKQ_ASSERT(!dtype_is_block(m.dtype));
     tl.add_view(name, m.dtype, {m.rows, m.cols}, m.data, size_t(m.rows * m.cols) * dtype_size(m.dtype));
   };
   auto add_vec = [&](const std::string& name, const float* v, int64_t n) {

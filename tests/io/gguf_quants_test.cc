@@ -15,7 +15,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/mmap.h"
-#include "io/gguf_quants.h"
+#include "core/gguf_quants.h"
 #include "util/testutil.h"
 
 namespace sinkq {

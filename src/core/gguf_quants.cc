@@ -1,4 +1,4 @@
-// sinkq/io/gguf_quants.cc — scalar reference dequantization of ggml block types.
+// sinkq/core/gguf_quants.cc — scalar reference dequantization of ggml block types.
 //
 // Each block type is a packed little-endian struct (the ggml layout, QK_K = 256); its byte layout
 // is written above it and its size is static_asserted. A block is memcpy'd out of the source
@@ -15,7 +15,7 @@
 // thus an exact product, or one correctly rounded sum/difference of two exact products: it does
 // not depend on association order or on FMA contraction, and equals gguf-py's and ggml's
 // reference values bit for bit.
-#include "io/gguf_quants.h"
+#include "core/gguf_quants.h"
 
 #include <bit>
 #include <cstddef>

@@ -1,4 +1,4 @@
-// sinkq/io/gguf_quants.h — scalar reference dequantization of llama.cpp / ggml tensor types.
+// sinkq/core/gguf_quants.h — scalar reference dequantization of llama.cpp / ggml tensor types.
 //
 // Supported ggml type ids: F32 (0), F16 (1), Q4_0 (2), Q4_1 (3), Q5_0 (6), Q5_1 (7), Q8_0 (8),
 // Q2_K (10), Q3_K (11), Q4_K (12), Q5_K (13), Q6_K (14), BF16 (30). The block layouts are written

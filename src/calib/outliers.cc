@@ -88,35 +88,57 @@ std::string text_of(const Tokenizer* tok, int32_t id) {
 }
 }  // namespace
 
-OutlierFinder::OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok) : fwd_(fwd), tok_(tok) {
+OutlierFinder::OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok, std::span<const Site> sites)
+    : fwd_(fwd), tok_(tok) {
   SINKQ_CHECK(std::isfinite(eta) && eta > 0, "outlier threshold eta = {} must be a positive number", eta);
+  SINKQ_CHECK(!sites.empty(), "outlier tokens: no site to measure at");
+  // Rows are recorded at the first site; the layer's sites run in forward order on each chunk.
+  for (size_t s = 0; s < sites.size(); ++s)
+    SINKQ_CHECK((sites[s] == Site::DownIn || sites[s] == Site::Out) && (s == 0 || sites[s - 1] == Site::DownIn),
+                "outlier tokens are measured at down_in and/or out, in that order");
+  stats_.sites.assign(sites.begin(), sites.end());
   const int L = fwd.model().config().num_layers;
   stats_.eta = eta;
   stats_.count.assign(size_t(L), 0);
   stats_.mean_count.assign(size_t(L), 0.0);
   rows_.resize(size_t(L));
-  handle_ = fwd.hooks().add(Site::DownIn, -1, [this](SiteView& v) {
-    std::vector<Row>& rows = rows_[size_t(v.layer)];
-    for (int64_t t = 0; t < v.tokens; ++t) {
-      float m = 0;
-      token_max(v.row(t), 1, v.features, &m);
-      rows.push_back({v.positions[size_t(t)], v.token_ids[size_t(t)], m});
-    }
-  });
+  max_.assign(size_t(L), std::vector<std::vector<float>>(sites.size()));
+  for (size_t s = 0; s < sites.size(); ++s)
+    handles_.push_back(fwd.hooks().add(sites[s], -1, [this, s](SiteView& v) {
+      if (s == 0) {
+        std::vector<Row>& rows = rows_[size_t(v.layer)];
+        for (int64_t t = 0; t < v.tokens; ++t) rows.push_back({v.positions[size_t(t)], v.token_ids[size_t(t)]});
+      }
+      std::vector<float>& m = max_[size_t(v.layer)][s];
+      const size_t n0 = m.size();
+      m.resize(n0 + size_t(v.tokens));
+      token_max(v.data, v.tokens, v.features, m.data() + n0);
+    }));
 }
 
-OutlierFinder::~OutlierFinder() { fwd_.hooks().remove(handle_); }
+OutlierFinder::~OutlierFinder() {
+  for (int h : handles_) fwd_.hooks().remove(h);
+}
 
 nlohmann::json OutlierFinder::rows_json(int layer) const {
   nlohmann::json j = nlohmann::json::array();
-  for (const Row& r : rows_.at(size_t(layer))) j.push_back({r.position, r.token_id, r.max});
+  const std::vector<Row>& rows = rows_.at(size_t(layer));
+  for (size_t t = 0; t < rows.size(); ++t) {
+    nlohmann::json r = {rows[t].position, rows[t].token_id};
+    for (const std::vector<float>& m : max_[size_t(layer)]) r.push_back(m.at(t));
+    j.push_back(std::move(r));
+  }
   return j;
 }
 
 void OutlierFinder::set_rows(int layer, const nlohmann::json& rows) {
   std::vector<Row>& out = rows_.at(size_t(layer));
   out.clear();
-  for (const auto& r : rows) out.push_back({r.at(0).get<int64_t>(), r.at(1).get<int32_t>(), r.at(2).get<float>()});
+  for (std::vector<float>& m : max_.at(size_t(layer))) m.clear();
+  for (const auto& r : rows) {
+    out.push_back({r.at(0).get<int64_t>(), r.at(1).get<int32_t>()});
+    for (size_t s = 0; s < stats_.sites.size(); ++s) max_[size_t(layer)][s].push_back(r.at(2 + s).get<float>());
+  }
 }
 
 void OutlierFinder::end_sequence() {
@@ -124,26 +146,33 @@ void OutlierFinder::end_sequence() {
   std::set<int64_t> positions;  // outlier in at least one layer
   std::map<int32_t, OutlierTokenCount> by_id;
   for (const OutlierTokenCount& c : stats_.counts) by_id[c.token_id] = c;
-  std::vector<float> m;
   for (size_t l = 0; l < rows_.size(); ++l) {
     std::vector<Row>& rows = rows_[l];
-    m.resize(rows.size());
-    for (size_t t = 0; t < rows.size(); ++t) m[t] = rows[t].max;
-    const float med = lower_median(m);
-    std::vector<OutlierToken> found;
-    for (int64_t t : outlier_indices(m, stats_.eta)) {
-      const Row& r = rows[size_t(t)];
-      OutlierToken o;
-      o.layer = int(l);
-      o.sample = sample;
-      o.position = r.position;
-      o.token_id = r.token_id;
-      o.token_max = r.max;
-      o.median = med;
-      o.ratio = ratio(r.max, med);
-      o.text = text_of(tok_, r.token_id);
-      found.push_back(std::move(o));
+    // Per token, its largest ratio over the sites where it is an outlier (one hit per layer).
+    std::map<int64_t, OutlierToken> hit;
+    for (size_t s = 0; s < stats_.sites.size(); ++s) {
+      const std::vector<float>& m = max_[l][s];
+      SINKQ_ASSERT(m.size() == rows.size());
+      const float med = lower_median(m);
+      for (int64_t t : outlier_indices(m, stats_.eta)) {
+        const Row& r = rows[size_t(t)];
+        const double q = ratio(m[size_t(t)], med);
+        auto [it, fresh] = hit.try_emplace(t);
+        if (!fresh && it->second.ratio >= q) continue;
+        OutlierToken& o = it->second;
+        o.layer = int(l);
+        o.sample = sample;
+        o.position = r.position;
+        o.token_id = r.token_id;
+        o.site = stats_.sites[s];
+        o.token_max = m[size_t(t)];
+        o.median = med;
+        o.ratio = q;
+        o.text = text_of(tok_, r.token_id);
+      }
     }
+    std::vector<OutlierToken> found;
+    for (auto& [t, o] : hit) found.push_back(std::move(o));
     std::sort(found.begin(), found.end(), [](const OutlierToken& a, const OutlierToken& b) {
       return a.position < b.position;
     });
@@ -158,6 +187,7 @@ void OutlierFinder::end_sequence() {
       stats_.tokens.push_back(std::move(o));
     }
     rows.clear();
+    for (std::vector<float>& m : max_[l]) m.clear();
   }
   // Keep `tokens` ordered by (layer, sample, position): a stable sort after appending.
   std::stable_sort(stats_.tokens.begin(), stats_.tokens.end(),
@@ -174,8 +204,9 @@ void OutlierFinder::end_sequence() {
 }
 
 OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
-                                 const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress) {
-  OutlierFinder finder(fwd, eta, tok);
+                                 const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress,
+                                 std::span<const Site> sites) {
+  OutlierFinder finder(fwd, eta, tok, sites);
   const Model& m = fwd.model();
   if (!m.whole()) {
     // A pipeline stage (model.h StageHandoff): each sample through this stage's layers, its rows

@@ -3,6 +3,7 @@
 // Definitions, medians and the finder recipe: eval/analyze.h's header comment, items 1–2.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -36,13 +37,27 @@ TokenMaxStats token_max_stats(std::span<const float> maxima);
 // M_t / median(M) > eta (M_t > 0 = median counts as an outlier: the ratio is +inf).
 std::vector<int64_t> outlier_indices(std::span<const float> token_max, double eta);
 
+// Where outlier tokens are measured (kOutlierSites): PrefixQuant §5.1's down_proj input, and the
+// residual stream (the block output `out`), where massive activations live (Sun et al. 2024). A
+// token is an outlier in a layer when its ratio exceeds eta at either. Why both: PrefixQuant picks
+// down_in because there the outliers are "more highlighted" (Llama-2-7B: 4127x), and takes the
+// outlier tokens to be the same tokens at every site; in Qwen2.5-Coder-1.5B the sink ([BOS]) sits
+// at 100-261x the median token in the residual stream of layers 2-22, but RMSNorm's gains flatten
+// it at every linear input (down_in at most 22x, layer 1), so down_in alone finds no outlier token
+// (docs/results-qwen2.5-1.5b.md, "The finder"). On SmolLM2 the residual stream adds hits of the
+// initial token only, so its prefix is unchanged (tests/calib/calib_test.cc).
+// The finder takes its sites as data: {Site::DownIn} alone is the paper's (and the authors' code's)
+// definition, which tests and parity runs can ask for.
+inline constexpr std::array<Site, 2> kOutlierSites = {Site::DownIn, Site::Out};
+
 struct OutlierToken {
   int layer = 0;
   int64_t sample = 0;    // index of the sequence (order of the calls / samples)
   int64_t position = 0;  // absolute position in the sequence
   int32_t token_id = 0;
-  float token_max = 0;   // M_t at down_in of `layer`
-  float median = 0;      // median of that sequence's M at down_in of `layer`
+  Site site = Site::DownIn;  // the measured site where its ratio is the largest
+  float token_max = 0;   // M_t at `site` of `layer`
+  float median = 0;      // median of that sequence's M at `site` of `layer`
   double ratio = 0;      // token_max / median
   std::string text;      // the token's text when a tokenizer was given, else ""
 };
@@ -58,6 +73,7 @@ struct OutlierTokenCount {
 
 struct OutlierStats {
   double eta = 64.0;
+  std::vector<Site> sites;                // where tokens were measured (kOutlierSites by default)
   int64_t sequences = 0;
   std::vector<OutlierToken> tokens;       // every hit, ordered by (layer, sample, position)
   std::vector<int64_t> count;             // [layer] hits
@@ -72,12 +88,13 @@ struct OutlierStats {
   std::vector<int32_t> frequent_tokens(int o) const;
 };
 
-// Collects OutlierStats from the down_in site of every layer of `fwd` while it runs (hooks are
+// Collects OutlierStats from `sites` (down_in / out) of every layer of `fwd` while it runs (hooks are
 // added in the constructor and removed in the destructor; `fwd` must outlive the finder). A
 // sequence may arrive in several step() calls (chunks); call end_sequence() after each one.
 class OutlierFinder {
  public:
-  OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok = nullptr);
+  OutlierFinder(Forward& fwd, double eta, const Tokenizer* tok = nullptr,
+                std::span<const Site> sites = kOutlierSites);
   ~OutlierFinder();
   OutlierFinder(const OutlierFinder&) = delete;
   OutlierFinder& operator=(const OutlierFinder&) = delete;
@@ -85,28 +102,30 @@ class OutlierFinder {
   void end_sequence();
   const OutlierStats& stats() const { return stats_; }  // complete after the last end_sequence()
   // A pipeline stage's share (dist/): layer l's rows of the current sequence as JSON
-  // [[position, id, max], ...], and another stage's rows put in before end_sequence().
+  // [[position, id, max per site...], ...], and another stage's rows put in before end_sequence().
   nlohmann::json rows_json(int layer) const;
   void set_rows(int layer, const nlohmann::json& rows);
 
  private:
   Forward& fwd_;
   const Tokenizer* tok_;
-  int handle_ = 0;
+  std::vector<int> handles_;
   OutlierStats stats_;
-  // Current sequence, per layer: (position, token id, M) of each token seen so far.
+  // Current sequence, per layer: (position, token id) of each token seen so far, and its M at
+  // each site (max_[layer][site index]).
   struct Row {
     int64_t position;
     int32_t token_id;
-    float max;
   };
   std::vector<std::vector<Row>> rows_;
+  std::vector<std::vector<std::vector<float>>> max_;
 };
 
 // Runs every sample through `fwd` (reset before each, one step() per sample) and returns the
 // outlier tokens. Samples must fit fwd.max_ctx(). progress(done, total) after each sample.
 OutlierStats find_outlier_tokens(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta,
                                  const Tokenizer* tok = nullptr,
-                                 const std::function<void(int64_t, int64_t)>& progress = {});
+                                 const std::function<void(int64_t, int64_t)>& progress = {},
+                                 std::span<const Site> sites = kOutlierSites);
 
 }  // namespace sinkq

@@ -188,10 +188,11 @@ std::vector<int32_t> prefix_tokens(const PrefixSpec& spec, const Tokenizer& tok,
 }
 
 FoundPrefix find_prefix(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta, int bos_id,
-                        const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress) {
+                        const Tokenizer* tok, const std::function<void(int64_t, int64_t)>& progress,
+                        std::span<const Site> sites) {
   SINKQ_CHECK(fwd.prefix_size() == 0, "find_prefix runs the samples without a prefix");
   FoundPrefix f;
-  f.stats = find_outlier_tokens(fwd, samples, eta, tok, progress);
+  f.stats = find_outlier_tokens(fwd, samples, eta, tok, progress, sites);
   f.o = f.stats.outlier_number();
   // A later pipeline stage's stats hold its own layers only: the first stage chooses (its count
   // every layer) and hands the tokens on (quant/pipeline.cc).
@@ -230,6 +231,9 @@ nlohmann::json FoundPrefix::to_json(const Tokenizer* tok) const {
   }
   j["initial_only"] = initial_only;
   j["eta"] = stats.eta;
+  nlohmann::json sites = nlohmann::json::array();
+  for (Site s : stats.sites) sites.push_back(site_name(s));
+  j["outlier_sites"] = sites;
   j["sequences"] = stats.sequences;
   j["mean_count_per_layer"] = stats.mean_count;
   nlohmann::json counts = nlohmann::json::array();

@@ -10,7 +10,9 @@
 //
 // PrefixQuant §5.1, as implemented (find_prefix); decisions where the paper is open:
 //   * Outlier token (eq. 3): at down_in of each layer, token-wise max / median of the sequence's
-//     token-wise maxima > η (default 64). Counted per layer, per sequence (eval/analyze.h).
+//     token-wise maxima > η (default 64) — or the same at the residual stream (the block output),
+//     where a sink that the norms flatten at every linear input still shows (calib/outliers.h
+//     kOutlierSites says why). Counted once per layer, per sequence (eval/analyze.h).
 //   * o = ⌈max over layers of the mean outlier count per sequence⌉. The count includes the initial
 //     token when it is an outlier, so o is the total prefix length: Table 1 lists Llama-2-7B as
 //     3 tokens ".", "\n", [BOS] and Llama-3-8B as 1 ([BOS], its outliers sit only at the initial
@@ -99,8 +101,10 @@ struct FoundPrefix {
 };
 // PrefixQuant §5.1 on `samples` run through `fwd` (the full-precision model the body will run on;
 // no quantization hooks). See the decisions above.
+// `sites`: where outlier tokens are measured (calib/outliers.h kOutlierSites; {down_in} is the paper's).
 FoundPrefix find_prefix(Forward& fwd, const std::vector<std::vector<int32_t>>& samples, double eta, int bos_id,
-                        const Tokenizer* tok = nullptr, const std::function<void(int64_t, int64_t)>& progress = {});
+                        const Tokenizer* tok = nullptr, const std::function<void(int64_t, int64_t)>& progress = {},
+                        std::span<const Site> sites = kOutlierSites);
 
 // "id 'text', id 'text'" of a token list (for printed prefixes).
 std::string tokens_text(const std::vector<int32_t>& ids, const Tokenizer& tok);

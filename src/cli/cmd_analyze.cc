@@ -56,6 +56,7 @@ void register_analyze(CLI::App& app) {
     uint64_t seed = 0;
     double eta = 64.0;
     int bits = 4;
+    std::string outlier_sites = "down_in,out";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand(
@@ -68,8 +69,10 @@ void register_analyze(CLI::App& app) {
   cmd->add_option("--samples", o->samples, "Number of samples")->capture_default_str();
   cmd->add_option("--len", o->len, "Tokens per sample incl. [BOS] (default: min(512, max_position_embeddings))");
   cmd->add_option("--seed", o->seed, "Sampling seed")->capture_default_str()->check(decimal_u64());
-  cmd->add_option("--eta", o->eta, "Outlier-token threshold: token max / median of its sequence at down_in > eta")
+  cmd->add_option("--eta", o->eta, "Outlier-token threshold: token max / median of its sequence > eta at a site of "
+                                    "--outlier-sites")
       ->capture_default_str();
+  add_outlier_sites_flag(*cmd, o->outlier_sites);
   cmd->add_option("--bits", o->bits, "Bits of the quantization-kernel statistics (2..8)")->capture_default_str();
   cmd->add_option("--alpha", o->alpha, "CrossQuant alpha values, comma-separated, each in [0, 1]")
       ->capture_default_str();
@@ -90,6 +93,7 @@ void register_analyze(CLI::App& app) {
     SINKQ_CHECK(o->bits >= 2 && o->bits <= 8, "--bits must be in 2..8 (got {})", o->bits);
     AnalyzeOptions opt;
     opt.eta = o->eta;
+    opt.outlier_sites = parse_outlier_sites(o->outlier_sites);
     opt.bits = o->bits;
     opt.alphas = parse_alphas(o->alpha);
     if (!o->out.empty()) {
@@ -127,7 +131,8 @@ void register_analyze(CLI::App& app) {
       std::vector<int32_t> ptoks;
       if (spec.kind == PrefixSpec::Kind::Auto) {
         Forward finder(model, len);
-        const FoundPrefix f = find_prefix(finder, calib.samples, o->eta, tok->bos_id(), tok.get(), opt.progress);
+        const FoundPrefix f =
+            find_prefix(finder, calib.samples, o->eta, tok->bos_id(), tok.get(), opt.progress, opt.outlier_sites);
         ptoks = f.tokens;
         prefix_json = f.to_json(tok.get());
       } else {

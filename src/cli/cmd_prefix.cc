@@ -14,6 +14,7 @@ namespace sinkq::cli {
 void register_prefix(CLI::App& app) {
   struct Opts : CommonFlags, CalibFlags {
     double eta = 64.0;
+    std::string outlier_sites = "down_in,out";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* grp = app.add_subcommand("prefix", "The full-precision KV prefix (PrefixQuant / IntactKV)");
@@ -22,19 +23,22 @@ void register_prefix(CLI::App& app) {
       "find", "PrefixQuant §5.1: find the outlier tokens to prefix (o and the tokens) on calibration text");
   add_model_flag(*cmd, *o);
   add_calib_flags(*cmd, *o);
-  cmd->add_option("--eta", o->eta, "Outlier threshold: token-wise max / median at down_proj's input")
+  cmd->add_option("--eta", o->eta, "Outlier threshold: token-wise max / median at down_proj's input or the residual stream")
       ->capture_default_str();
+  add_outlier_sites_flag(*cmd, o->outlier_sites);
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
     apply_threads(*o);
     SINKQ_CHECK(o->eta > 0, "--eta must be > 0 (got {})", o->eta);
+    const std::vector<Site> sites = parse_outlier_sites(o->outlier_sites);
     const auto model = Model::load(o->model);
     const auto tok = Tokenizer::load(o->model);
     const CalibOptions co = calib_options(*o, model->config().max_position_embeddings);
     const CalibSet calib = load_calib(o->calib, *tok, co);
     Forward fwd(model, co.len);
     const FoundPrefix f = find_prefix(fwd, calib.samples, o->eta, tok->bos_id(), tok.get(),
-                                      [](int64_t done, int64_t total) { progress("prefix: sample", done, total); });
+                                      [](int64_t done, int64_t total) { progress("prefix: sample", done, total); },
+                                      sites);
     if (o->json) {
       nlohmann::json j = f.to_json(tok.get());
       j["calib"] = {{"file", calib.file}, {"format", calib.format}, {"samples", co.samples}, {"len", co.len},

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "calib/calib_data.h"
+#include "model/sites.h"
 
 namespace sinkq::cli {
 
@@ -50,6 +51,11 @@ struct CalibFlags {
 void add_calib_flags(CLI::App& cmd, CalibFlags& f);
 // The sampling options for a model of `max_pos` positions; errors name the flag.
 CalibOptions calib_options(const CalibFlags& f, int64_t max_pos);
+
+// --outlier-sites down_in[,out]: where outlier tokens are measured (calib/outliers.h kOutlierSites);
+// the parser's errors name the flag.
+void add_outlier_sites_flag(CLI::App& cmd, std::string& value);
+std::vector<Site> parse_outlier_sites(const std::string& value);
 
 // Prints JSON on stdout (one document, newline-terminated).
 void print_json(const nlohmann::json& j);

@@ -122,6 +122,29 @@ void add_calib_flags(CLI::App& cmd, CalibFlags& f) {
   cmd.add_option("--calib-seed", f.seed, "Sampling seed")->capture_default_str();
 }
 
+void add_outlier_sites_flag(CLI::App& cmd, std::string& value) {
+  cmd.add_option("--outlier-sites", value,
+                 "Where outlier tokens are measured: down_in (PrefixQuant's site) and/or out (the residual stream, "
+                 "where a sink that the norms flatten at every linear input still shows), comma-separated")
+      ->capture_default_str();
+}
+
+std::vector<Site> parse_outlier_sites(const std::string& value) {
+  std::vector<Site> sites;
+  size_t b = 0;
+  while (b <= value.size()) {
+    const size_t e = std::min(value.find(',', b), value.size());
+    const std::string item = value.substr(b, e - b);
+    if (item == "down_in") sites.push_back(Site::DownIn);
+    else if (item == "out") sites.push_back(Site::Out);
+    else fail("--outlier-sites: '{}' is not a site to measure outlier tokens at (down_in, out)", item);
+    b = e + 1;
+  }
+  SINKQ_CHECK(sites.size() == 1 || (sites.size() == 2 && sites[0] == Site::DownIn && sites[1] == Site::Out),
+              "--outlier-sites: '{}': give down_in, out or down_in,out", value);
+  return sites;
+}
+
 CalibOptions calib_options(const CalibFlags& f, int64_t max_pos) {
   SINKQ_CHECK(f.samples >= 1, "--calib-samples must be >= 1 (got {})", f.samples);
   SINKQ_CHECK(f.len == 0 || f.len >= 2, "--calib-len must be >= 2 (got {})", f.len);

@@ -112,7 +112,7 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                      "--finetune target of each block: fp (the fp block on the fp trajectory, "
                                      "EfficientQAT; default) | quant (the fp block on the block's quantized input)");
   g.prefix_eta = cmd.add_option("--prefix-eta", o->prefix_eta,
-                                "--prefix auto: outlier threshold eta, token-wise max / median at down_proj's input (default 64)");
+                                "--prefix auto: outlier threshold eta, token-wise max / median at down_proj's input or the residual stream (default 64)");
   return o;
 }
 

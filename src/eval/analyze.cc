@@ -229,7 +229,7 @@ AnalyzeReport analyze(std::shared_ptr<const Model> model, const std::vector<std:
   r.sliding_window = c.sliding_window;
   {
     Observers obs(fwd, opt);
-    OutlierFinder finder(fwd, opt.eta, opt.tokenizer);
+    OutlierFinder finder(fwd, opt.eta, opt.tokenizer, opt.outlier_sites);
     for (size_t i = 0; i < samples.size(); ++i) {
       fwd.reset();
       fwd.step(samples[i], /*all_logits=*/false);

@@ -8,8 +8,9 @@
 //    token-wise maximum of token t is M_t = max_c |X_tc|. Over all tokens of all samples:
 //    top-1 = max M, median = median M, min-1 = min M, and the ratios top-1/median (upper outlier
 //    tokens) and median/min-1 (lower outlier tokens). Every site except logits.
-// 2. Outlier tokens (PrefixQuant §5.1, eq. 3) at down_in (the input of down_proj) of each layer:
-//    token t of a sample is an outlier when M_t / median(M of that sample at that layer) > η.
+// 2. Outlier tokens (PrefixQuant §5.1, eq. 3) at down_in (the input of down_proj) and the residual
+//    stream (out) of each layer (calib/outliers.h kOutlierSites): token t of a sample is an outlier
+//    when M_t / median(M of that sample at that layer and site) > η at either site.
 //    Counted per layer (PrefixQuant's O: mean count per sequence) and per token id.
 // 3. Attention mass on the first tokens, per layer and query head: the softmax probabilities of
 //    the model's own attention, recomputed from the q and k sites (after RoPE) with the causal
@@ -60,6 +61,7 @@ inline constexpr std::array<Site, 9> kAnalyzedSites = {Site::AttnIn, Site::Q,   
 
 struct AnalyzeOptions {
   double eta = 64.0;                                     // outlier threshold, > 0
+  std::vector<Site> outlier_sites{kOutlierSites.begin(), kOutlierSites.end()};  // calib/outliers.h
   int bits = 4;                                          // kernel statistics, 2..8
   std::vector<float> alphas = {0.15f, 0.45f, 0.75f, 1.0f};  // CrossQuant α values, each in [0, 1]
   const Tokenizer* tokenizer = nullptr;                  // token texts (optional)

@@ -1,6 +1,7 @@
 // sinkq/eval/analyze_report.cc — the analysis report as JSON, text, SVG plots and a report
 // directory (analyze.h); the statistics themselves are computed in analyze.cc.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -117,8 +118,8 @@ json to_json(const AnalyzeReport& r) {
   json toks = json::array();
   for (const OutlierToken& t : o.tokens)
     toks.push_back({{"layer", t.layer},         {"sample", t.sample},       {"position", t.position},
-                    {"token_id", t.token_id},   {"text", t.text},           {"token_max", t.token_max},
-                    {"median", t.median},       {"ratio", num(t.ratio)}});
+                    {"token_id", t.token_id},   {"text", t.text},           {"site", site_name(t.site)},
+                    {"token_max", t.token_max}, {"median", t.median},       {"ratio", num(t.ratio)}});
   json counts = json::array();
   for (const OutlierTokenCount& c : o.counts)
     counts.push_back({{"token_id", c.token_id},
@@ -126,7 +127,9 @@ json to_json(const AnalyzeReport& r) {
                       {"occurrences", c.occurrences},
                       {"non_initial", c.non_initial},
                       {"positions", c.positions}});
-  j["outliers"] = {{"site", "down_in"},
+  json outlier_sites = json::array();
+  for (Site site : r.outliers.sites) outlier_sites.push_back(site_name(site));
+  j["outliers"] = {{"sites", outlier_sites},
                    {"eta", o.eta},
                    {"sequences", o.sequences},
                    {"count", o.count},
@@ -165,7 +168,11 @@ std::string to_text(const AnalyzeReport& r) {
   }
 
   const OutlierStats& o = r.outliers;
-  s += fmt::format("\noutlier tokens at down_in (token max / median of its sequence > η = {:g}):\n", o.eta);
+  std::vector<std::string_view> where;
+  for (Site site : o.sites) where.push_back(site_name(site));
+  s += fmt::format("\noutlier tokens at {} (token max / median of its sequence > η = {:g}{}):\n",
+                   fmt::join(where, " or "), o.eta,
+                   where.size() > 1 ? " at either; the larger ratio shown, r = at out, the residual stream" : "");
   constexpr size_t kShown = 8;
   for (size_t l = 0; l < o.count.size(); ++l) {
     s += fmt::format("  layer {}: {} ({:.2f} per sequence)", l, o.count[l], o.mean_count[l]);
@@ -173,8 +180,8 @@ std::string to_text(const AnalyzeReport& r) {
     for (const OutlierToken& t : o.tokens) {
       if (t.layer != int(l)) continue;
       if (shown < kShown)
-        s += fmt::format("{} s{}:{} {} ×{:.0f}", shown ? "," : ":", t.sample, t.position,
-                         token_label(t.token_id, t.text), t.ratio);
+        s += fmt::format("{} s{}:{} {} ×{:.0f}{}", shown ? "," : ":", t.sample, t.position,
+                         token_label(t.token_id, t.text), t.ratio, t.site == Site::Out ? "r" : "");
       ++shown;
     }
     if (shown > kShown) s += fmt::format(", ... {} more", shown - kShown);

@@ -101,8 +101,10 @@ TEST(CliAnalyze, FindsPlantedOutlierTokensInText) {
   std::ofstream(d.file("story.txt"))
       << "Once upon a time, there was a girl named Lily. Lily liked to play in the park with her friends. "
          "One day, Lily saw a big red ball under a tree. She ran to get it. The ball was soft and round.\n";
+  // The paper's site alone: the planted tokens' marker (8 vs O(0.1)) also crosses η in layer 0's
+  // residual stream, which the default sites count too (analyze_test tests that site).
   const RunResult r = run({"analyze", "-m", d.path(), "--data", d.file("story.txt"), "--samples", "3", "--len", "24",
-                           "--json"});
+                           "--outlier-sites", "down_in", "--json"});
   ASSERT_EQ(r.rc, 0) << r.err;
   const json j = json::parse(r.out);
   ASSERT_FALSE(j["outliers"]["tokens"].empty());
@@ -127,6 +129,8 @@ TEST(CliAnalyze, BadInputsGiveClearErrors) {
   expect_error(run({"analyze", "--data", wikitext()}), {"--model", "required"});
   expect_error(run(with(base_args(), {"--eta", "0"})), {"--eta"});
   expect_error(run(with(base_args(), {"--bits", "9"})), {"--bits"});
+  expect_error(run(with(base_args(), {"--outlier-sites", "down_in,q"})), {"--outlier-sites", "'q'"});
+  expect_error(run(with(base_args(), {"--outlier-sites", "out,down_in"})), {"--outlier-sites", "down_in,out"});
   expect_error(run({"analyze", "-m", stories(), "--data", wikitext(), "--samples", "0"}), {"--samples"});
   expect_error(run({"analyze", "-m", stories(), "--data", wikitext(), "--len", "100000"}),
                {"--len", "max_position_embeddings"});

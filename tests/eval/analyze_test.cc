@@ -93,11 +93,15 @@ TEST(Analyze, OutlierIndicesFollowEquation3) {
   EXPECT_EQ(outlier_indices(std::vector<float>{0, 0, 3, 0}, 64.0), std::vector<int64_t>({2}));
 }
 
+// Eq. 3 at the paper's site alone: the residual stream (the default's second site) is tested below.
+const std::vector<Site> kDownInOnly = {Site::DownIn};
+
 TEST(Analyze, PlantedOutlierTokensAreFoundExactly) {
   TempDir d;
   const auto model = planted_model(d);
   const auto samples = planted_samples();
   AnalyzeOptions opt;
+  opt.outlier_sites = kDownInOnly;
   const AnalyzeReport r = analyze(model, samples, opt);
   const OutlierStats& o = r.outliers;
 
@@ -130,18 +134,55 @@ TEST(Analyze, PlantedOutlierTokensAreFoundExactly) {
 
   // Normal tokens stay far below η: the same hits at η/8.
   Forward fwd(model, 40, 40);
-  EXPECT_EQ(hits_of(find_outlier_tokens(fwd, samples, 8.0)), expected);
+  EXPECT_EQ(hits_of(find_outlier_tokens(fwd, samples, 8.0, nullptr, {}, kDownInOnly)), expected);
   // The site statistics agree: down_in of layer 1 has top-1/median >= 100, the others no outlier.
   EXPECT_GE(r.layer[1].site(Site::DownIn).top1_over_median(), 100.0);
   EXPECT_LT(r.layer[0].site(Site::DownIn).top1_over_median(), 8.0);
   EXPECT_LT(r.layer[2].site(Site::DownIn).top1_over_median(), 8.0);
 }
 
+// A sink the norms hide from every linear input (Qwen2.5-1.5B's [BOS]: ≥ 100x the median token in
+// the residual stream, ≤ 22x at down_in): a marker in the residual stream that nothing reads, with
+// no planted down_in neuron. down_in alone finds nothing; the default sites find exactly the marked
+// token at every layer, at `out`, and o = ⌈2/3⌉ = 1. marker 64 vs normal tokens' residual maxima
+// O(0.1): a ratio of hundreds, far from η on either side.
+TEST(Analyze, SinkOnlyInTheResidualStreamIsFoundThere) {
+  TempDir d;
+  testing::PlantedOutlierSpec s;
+  s.base.layers = 3;
+  s.token_ids = {kLily};
+  s.layers = {};
+  s.marker = 64.0f;
+  testing::write_planted_model(d.path(), s);
+  const auto model = Model::load(d.path());
+  Forward fwd(model, 40, 40);
+  const auto samples = planted_samples();
+  const OutlierStats paper = find_outlier_tokens(fwd, samples, 64.0, nullptr, {}, kDownInOnly);
+  EXPECT_TRUE(paper.tokens.empty());
+  EXPECT_EQ(paper.outlier_number(), 0);
+  const OutlierStats o = find_outlier_tokens(fwd, samples, 64.0);
+  EXPECT_EQ(o.sites, std::vector<Site>(kOutlierSites.begin(), kOutlierSites.end()));
+  std::set<Hit> expected;
+  for (int l = 0; l < 3; ++l) {
+    expected.insert({l, 0, 5, kLily});
+    expected.insert({l, 2, 0, kLily});
+  }
+  EXPECT_EQ(hits_of(o), expected);
+  for (const OutlierToken& t : o.tokens) {
+    EXPECT_EQ(t.site, Site::Out);
+    EXPECT_GE(t.ratio, 100.0);
+  }
+  EXPECT_EQ(o.count, std::vector<int64_t>({2, 2, 2}));
+  EXPECT_EQ(o.outlier_number(), 1);
+  ASSERT_EQ(o.counts.size(), 1u);
+  EXPECT_EQ(o.counts[0].non_initial, 3);  // s0:5 in 3 layers; s2:0 is initial
+}
+
 TEST(Analyze, PlantedInSeveralLayersCountsEveryLayer) {
   TempDir d;
   const auto model = planted_model(d, {0, 2});
   Forward fwd(model, 40, 40);
-  const OutlierStats o = find_outlier_tokens(fwd, planted_samples(), 64.0);
+  const OutlierStats o = find_outlier_tokens(fwd, planted_samples(), 64.0, nullptr, {}, kDownInOnly);
   EXPECT_EQ(o.count, std::vector<int64_t>({4, 0, 4}));
   EXPECT_EQ(o.tokens.size(), 8u);
   ASSERT_EQ(o.counts.size(), 2u);
@@ -174,6 +215,7 @@ TEST(Analyze, PlantedOutliersInCalibrationText) {
   ASSERT_GE(expected.size(), 4u) << "the text should put several planted tokens into the samples";
   AnalyzeOptions opt;
   opt.tokenizer = tok.get();
+  opt.outlier_sites = kDownInOnly;
   const AnalyzeReport r = analyze(model, set.samples, opt);
   EXPECT_EQ(hits_of(r.outliers), expected);
   EXPECT_EQ(r.outliers.count[1], int64_t(expected.size()));
@@ -366,8 +408,11 @@ TEST(Analyze, OptionsAndSamplesAreValidated) {
 TEST(Analyze, JsonTextAndReportDirectory) {
   TempDir d;
   const auto model = planted_model(d);
-  const AnalyzeReport r = analyze(model, planted_samples(), {});
+  AnalyzeOptions opt;
+  opt.outlier_sites = kDownInOnly;
+  const AnalyzeReport r = analyze(model, planted_samples(), opt);
   const nlohmann::json j = to_json(r);
+  EXPECT_EQ(j["outliers"]["sites"], nlohmann::json::array({"down_in"}));
   for (const char* key : {"eta", "bits", "alphas", "samples", "len", "model", "sites", "layers", "outliers"})
     EXPECT_TRUE(j.contains(key)) << key;
   ASSERT_EQ(j["layers"].size(), 3u);

@@ -158,6 +158,7 @@ void OutlierFinder::end_sequence() {
         const Row& r = rows[size_t(t)];
         const double q = ratio(m[size_t(t)], med);
         auto [it, fresh] = hit.try_emplace(t);
+        if (s == 0) it->second.at_first_site = true;
         if (!fresh && it->second.ratio >= q) continue;
         OutlierToken& o = it->second;
         o.layer = int(l);
@@ -182,6 +183,10 @@ void OutlierFinder::end_sequence() {
       c.text = o.text;
       ++c.occurrences;
       if (o.position != 0) ++c.non_initial;
+      if (o.at_first_site) {
+        ++c.first_site_occurrences;
+        if (o.position != 0) ++c.first_site_non_initial;
+      }
       if (positions.insert(o.position).second) ++c.positions;
       ++stats_.count[l];
       stats_.tokens.push_back(std::move(o));
@@ -197,6 +202,10 @@ void OutlierFinder::end_sequence() {
   stats_.counts.clear();
   for (auto& [id, c] : by_id) stats_.counts.push_back(std::move(c));
   std::sort(stats_.counts.begin(), stats_.counts.end(), [](const OutlierTokenCount& a, const OutlierTokenCount& b) {
+    // Tokens the first site sees, by its counts alone (the paper's ranking); then the others.
+    if (a.first_site_non_initial != b.first_site_non_initial) return a.first_site_non_initial > b.first_site_non_initial;
+    if (a.first_site_occurrences != b.first_site_occurrences) return a.first_site_occurrences > b.first_site_occurrences;
+    if (a.first_site_occurrences > 0) return a.token_id < b.token_id;
     if (a.non_initial != b.non_initial) return a.non_initial > b.non_initial;
     if (a.occurrences != b.occurrences) return a.occurrences > b.occurrences;
     return a.token_id < b.token_id;

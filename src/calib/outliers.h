@@ -56,6 +56,7 @@ struct OutlierToken {
   int64_t position = 0;  // absolute position in the sequence
   int32_t token_id = 0;
   Site site = Site::DownIn;  // the measured site where its ratio is the largest
+  bool at_first_site = false;  // an outlier at the first measured site (down_in) too
   float token_max = 0;   // M_t at `site` of `layer`
   float median = 0;      // median of that sequence's M at `site` of `layer`
   double ratio = 0;      // token_max / median
@@ -64,10 +65,20 @@ struct OutlierToken {
 
 struct OutlierTokenCount {
   int32_t token_id = 0;
-  int64_t occurrences = 0;  // outlier hits over all (layer, sample, position)
+  int64_t occurrences = 0;  // outlier hits over all (layer, sample, position), at any site
   int64_t non_initial = 0;  // of those, hits at positions != 0: what PrefixQuant's reference code
                             // counts to choose the prefix tokens
   int64_t positions = 0;    // distinct (sample, position) that are outliers in at least one layer
+  // The same two counts at the first site alone (down_in: the paper's). The tokens that site sees
+  // rank first, by these counts alone (then the smaller id), as the paper ranks them; tokens seen
+  // only in the residual stream come after, by the counts over every site. Why not one ranking over
+  // both: a massive activation persists in the residual stream for the layers after the one that
+  // made it, so residual hits count a token once per later layer where down_in counts where it
+  // forms — not comparable. This keeps the paper's choice wherever its site sees the tokens
+  // (SmolLM2's 4 x 128 demo calibration: " the" and " Tim" 1 down_in hit each, " Tim" 10 more in
+  // the residual stream; " the" stays) and lets the residual stream speak where it alone sees them.
+  int64_t first_site_occurrences = 0;
+  int64_t first_site_non_initial = 0;
   std::string text;
 };
 
@@ -78,13 +89,15 @@ struct OutlierStats {
   std::vector<OutlierToken> tokens;       // every hit, ordered by (layer, sample, position)
   std::vector<int64_t> count;             // [layer] hits
   std::vector<double> mean_count;         // [layer] hits per sequence (PrefixQuant's O)
-  std::vector<OutlierTokenCount> counts;  // per token id, by non_initial, occurrences (descending),
-                                          // then token id (ascending)
+  std::vector<OutlierTokenCount> counts;  // per token id: those with first-site hits by
+                                          // first_site_non_initial, first_site_occurrences
+                                          // (descending), id (ascending); then the others by
+                                          // non_initial, occurrences (descending), id
 
   // o = ⌈max over layers of mean_count⌉, in exact integer arithmetic; 0 when nothing was seen.
   int outlier_number() const;
-  // The (at most) `o` token ids with the most non-initial hits (ties: more occurrences, then the
-  // smaller id); ids with no non-initial hit are never returned.
+  // The (at most) `o` first token ids in `counts`' order (the most non-initial hits at the first
+  // site, then ...; see OutlierTokenCount); ids with no non-initial hit are never returned.
   std::vector<int32_t> frequent_tokens(int o) const;
 };
 

@@ -239,7 +239,9 @@ nlohmann::json FoundPrefix::to_json(const Tokenizer* tok) const {
   nlohmann::json counts = nlohmann::json::array();
   for (const OutlierTokenCount& c : stats.counts)
     counts.push_back({{"token_id", c.token_id}, {"text", c.text}, {"occurrences", c.occurrences},
-                      {"non_initial", c.non_initial}, {"positions", c.positions}});
+                      {"non_initial", c.non_initial}, {"positions", c.positions},
+                      {"first_site_occurrences", c.first_site_occurrences},
+                      {"first_site_non_initial", c.first_site_non_initial}});
   j["counts"] = counts;
   return j;
 }

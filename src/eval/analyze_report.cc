@@ -126,6 +126,8 @@ json to_json(const AnalyzeReport& r) {
                       {"text", c.text},
                       {"occurrences", c.occurrences},
                       {"non_initial", c.non_initial},
+                      {"first_site_occurrences", c.first_site_occurrences},
+                      {"first_site_non_initial", c.first_site_non_initial},
                       {"positions", c.positions}});
   json outlier_sites = json::array();
   for (Site site : r.outliers.sites) outlier_sites.push_back(site_name(site));

@@ -5,6 +5,7 @@
 
 #include "calib/calib_data.h"
 #include "calib/prefix.h"
+#include "tokenizer/tokenizer.h"
 #include "util/planted.h"
 
 namespace sinkq {
@@ -61,6 +62,38 @@ TEST(PrefixFind, PlantedOutlierTokensGiveOAndTheTokens) {
   fwd.reset();
   fwd.set_prefix(KvPrefix::compute(model, {1}));
   EXPECT_THROW(find_prefix(fwd, samples, 64.0, 1), Error);
+}
+
+// SmolLM2 (real, a [BOS] sink) on the demo's calibration (4 x 128 tokens of C4): the residual
+// stream, measured beside down_in since Qwen2.5-1.5B's sink shows only there, adds hits but not a
+// choice: " the" and " Tim" have one down_in hit each (the paper's tie, broken by the smaller id),
+// " Tim" 9 more in the residual stream of the layers after it — not comparable counts, so the
+// ranking stays the paper's and the prefix is " the" + [BOS] with either site set.
+TEST(PrefixFind, SmolLM2KeepsThePapersChoiceWithTheResidualStream) {
+  const std::string g = testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf";
+  const auto model = Model::load(g);
+  const auto tok = Tokenizer::load(g);
+  CalibOptions co;
+  co.samples = 4;
+  co.len = 128;
+  const CalibSet set = load_calib(testing::shared_dir() + "/data/c4/c4_train_00000_first1000.jsonl", *tok, co);
+  Forward fwd(model, co.len);
+  const FoundPrefix both = find_prefix(fwd, set.samples, 64.0, tok->bos_id(), tok.get());
+  const std::vector<Site> paper_site = {Site::DownIn};
+  const FoundPrefix paper = find_prefix(fwd, set.samples, 64.0, tok->bos_id(), tok.get(), {}, paper_site);
+  const int32_t the = 260, tim = 6362;
+  EXPECT_EQ(paper.tokens, (std::vector<int32_t>{the, 1}));
+  EXPECT_EQ(both.tokens, paper.tokens);
+  EXPECT_EQ(both.o, paper.o);
+  // The residual stream saw more of " Tim" (and of [BOS]) than down_in did.
+  const auto count_of = [](const FoundPrefix& f, int32_t id) {
+    for (const OutlierTokenCount& c : f.stats.counts)
+      if (c.token_id == id) return c;
+    return OutlierTokenCount{};
+  };
+  EXPECT_EQ(count_of(both, tim).first_site_non_initial, 1);
+  EXPECT_GT(count_of(both, tim).non_initial, count_of(both, the).non_initial);
+  EXPECT_GT(count_of(both, 1).occurrences, count_of(paper, 1).occurrences);
 }
 
 }  // namespace

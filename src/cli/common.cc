@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -114,6 +115,8 @@ int64_t peak_rss_bytes() {
   ::getrusage(RUSAGE_SELF, &ru);
   return int64_t(ru.ru_maxrss) * 1024;
 }
+
+void prefer_fp32_gguf_weights() { ::setenv("SINKQ_GGUF_WEIGHTS", "fit", /*overwrite=*/0); }
 
 void add_calib_flags(CLI::App& cmd, CalibFlags& f) {
   cmd.add_option("--calib", f.calib, "Calibration text (.txt, or .jsonl with a \"text\" field per line)")->required();

@@ -277,8 +277,10 @@ GgufWeights gguf_weights(uint64_t f32_bytes) {
   const std::string s = v ? v : "";
   if (s == "f32") return GgufWeights::F32;
   if (s == "stored") return GgufWeights::Stored;
-  SINKQ_CHECK(s.empty() || s == "auto", "SINKQ_GGUF_WEIGHTS='{}' is not one of f32, stored, auto", s);
-  return f32_bytes <= kGgufF32AutoBytes ? GgufWeights::F32 : GgufWeights::Stored;
+  SINKQ_CHECK(s.empty() || s == "auto" || s == "fit", "SINKQ_GGUF_WEIGHTS='{}' is not one of f32, stored, auto, fit", s);
+  uint64_t limit = kGgufF32AutoBytes;
+  if (s == "fit") limit = std::max(limit, mem_available_bytes() / 3);
+  return f32_bytes <= limit ? GgufWeights::F32 : GgufWeights::Stored;
 }
 
 ModelFiles ModelFiles::load_gguf(const std::string& path, LayerRange range) {

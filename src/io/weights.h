@@ -233,10 +233,14 @@ struct ModelFiles {
 // at a seventh of the memory for a 4-bit file. F32 / F16 / BF16 tensors and the norm weights and
 // biases are fp32 in both (an F16 matrix held as F16 would run sgemm on other row blocks).
 enum class GgufWeights : uint8_t { F32, Stored };
-// SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value): auto dequantizes at
-// load while the model's fp32 matrices come to at most kGgufF32AutoBytes (fastest while small;
+// SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value) | fit: auto dequantizes
+// at load while the model's fp32 matrices come to at most kGgufF32AutoBytes (fastest while small;
 // SmolLM2-135M: 0.5 GB) and keeps them as stored above (Qwen2.5-1.5B: 7.1 GB as fp32, 1.1 GB
-// stored). Another value is an error naming the variable.
+// stored): what prefill-bound work wants (ppl, calibration: the sgemm dominates the dequantization).
+// fit dequantizes at load while that takes at most a third of the available memory: what decode
+// wants (a stored model's GEMV runs at the scalar dequantizer's speed: 0.38 vs 3.8 tokens/s on the
+// 1.5B), so generate, serve and bench set it when the variable is unset. Another value is an error
+// naming the variable.
 inline constexpr uint64_t kGgufF32AutoBytes = uint64_t(2) << 30;
 GgufWeights gguf_weights(uint64_t f32_bytes);
 

@@ -32,6 +32,8 @@ TEST(GgufStored, SmolLM2HeldAsStoredGivesTheSameLogits) {
   const auto f32 = load_as(path, "f32");
   const auto stored = load_as(path, "stored");
   const auto autom = Model::load(path);  // 0.5 GB as fp32: auto dequantizes at load
+  const auto fit = load_as(path, "fit");  // and so does fit (≤ 2 GiB, or a third of the memory)
+  EXPECT_EQ(fit->weights().layers[0].mat(0).dtype, DType::F32);
   const ModelConfig& c = f32->config();
   int blocks = 0;
   for (int l = 0; l < c.num_layers; ++l)

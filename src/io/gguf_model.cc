@@ -12,7 +12,7 @@
 //   at load while that is small (≤ 2 GiB: fastest), else as the file stores them (mmap'd blocks,
 //   DType's ggml block types) and dequantized by the kernels where used — rows into a bounded
 //   scratch, by the same scalar reference, so every computation sees the same fp32 values and the
-//   results are the same bits (tests/io/gguf_model_test.cc). A 1.5B Q4_K_M model is then 1.1 GB
+//   results are the same bits (tests/model/gguf_stored_test.cc, tests/kernels/block_weights_test.cc). A 1.5B Q4_K_M model is then 1.1 GB
 //   resident instead of 7.1 GB. Quantization and rotation widen the matrices they rewrite.
 // - Memory is checked before anything is allocated: the fp32 copy of every tensor must fit in the
 //   memory the machine has (MemAvailable) when it is made, else a clear error.

@@ -18,7 +18,7 @@
 namespace sinkq::cli {
 
 CLI::Option* add_model_flag(CLI::App& cmd, CommonFlags& f, bool required) {
-  return cmd.add_option("-m,--model", f.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer), a GGUF file (dequantized to fp32), or a sinkq artifact")
+  return cmd.add_option("-m,--model", f.model, "Hugging Face model directory (config.json, *.safetensors, tokenizer), a GGUF file (its full-precision model is the dequantized one), or a sinkq artifact")
       ->required(required);
 }
 

@@ -5,7 +5,6 @@
 // per-token vs CrossQuant activation quantization, over seeded calibration samples.
 #include <fmt/format.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,35 +18,6 @@
 #include "tokenizer/tokenizer.h"
 
 namespace sinkq::cli {
-
-namespace {
-
-// "0.15,0.45,1" -> {0.15, 0.45, 1}; every item a number in [0, 1]. Errors name --alpha.
-std::vector<float> parse_alphas(const std::string& list) {
-  std::vector<float> out;
-  size_t pos = 0;
-  while (true) {
-    const size_t end = std::min(list.find(',', pos), list.size());
-    std::string item = list.substr(pos, end - pos);
-    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
-    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
-    SINKQ_CHECK(!item.empty(), "--alpha '{}': empty item (expected a comma-separated list of numbers in [0, 1])",
-                list);
-    char* stop = nullptr;
-    errno = 0;
-    const double v = std::strtod(item.c_str(), &stop);
-    SINKQ_CHECK(stop && *stop == '\0' && errno == 0 && std::isfinite(v),
-                "--alpha '{}': '{}' is not a number (expected a comma-separated list of numbers in [0, 1])", list,
-                item);
-    SINKQ_CHECK(v >= 0.0 && v <= 1.0, "--alpha '{}': {} is outside [0, 1]", list, item);
-    out.push_back(float(v));
-    if (end == list.size()) break;
-    pos = end + 1;
-  }
-  return out;
-}
-
-}  // namespace
 
 void register_analyze(CLI::App& app) {
   struct Opts : CommonFlags {
@@ -95,7 +65,7 @@ void register_analyze(CLI::App& app) {
     opt.eta = o->eta;
     opt.outlier_sites = parse_outlier_sites(o->outlier_sites);
     opt.bits = o->bits;
-    opt.alphas = parse_alphas(o->alpha);
+    opt.alphas = parse_number_list("--alpha", o->alpha, 0.0, 1.0);
     if (!o->out.empty()) {
       try {
         check_output_dir(o->out);

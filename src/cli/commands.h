@@ -60,6 +60,11 @@ CalibOptions calib_options(const CalibFlags& f, int64_t max_pos);
 void add_outlier_sites_flag(CLI::App& cmd, std::string& value);
 std::vector<Site> parse_outlier_sites(const std::string& value);
 
+// "0.15,0.45,1" -> {0.15, 0.45, 1}: a comma-separated list of numbers, each in [lo, hi] (lo
+// excluded when lo_open); blanks around items allowed; errors name `flag` and the item.
+std::vector<float> parse_number_list(std::string_view flag, const std::string& list, double lo, double hi,
+                                     bool lo_open = false);
+
 // Prints JSON on stdout (one document, newline-terminated).
 void print_json(const nlohmann::json& j);
 // Progress line on stderr ("\r" rewrite when stderr is a terminal, else whole lines, throttled).

@@ -1,6 +1,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <chrono>
@@ -146,6 +147,32 @@ std::vector<Site> parse_outlier_sites(const std::string& value) {
   SINKQ_CHECK(sites.size() == 1 || (sites.size() == 2 && sites[0] == Site::DownIn && sites[1] == Site::Out),
               "--outlier-sites: '{}': give down_in, out or down_in,out", value);
   return sites;
+}
+
+std::vector<float> parse_number_list(std::string_view flag, const std::string& list, double lo, double hi,
+                                     bool lo_open) {
+  const std::string range = fmt::format("{}{}, {}]", lo_open ? "(" : "[", lo, hi);
+  std::vector<float> out;
+  size_t pos = 0;
+  while (true) {
+    const size_t end = std::min(list.find(',', pos), list.size());
+    std::string item = list.substr(pos, end - pos);
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    SINKQ_CHECK(!item.empty(), "{} '{}': empty item (expected a comma-separated list of numbers in {})", flag, list,
+                range);
+    char* stop = nullptr;
+    errno = 0;
+    const double v = std::strtod(item.c_str(), &stop);
+    SINKQ_CHECK(stop && *stop == '\0' && errno == 0 && std::isfinite(v),
+                "{} '{}': '{}' is not a number (expected a comma-separated list of numbers in {})", flag, list, item,
+                range);
+    SINKQ_CHECK((lo_open ? v > lo : v >= lo) && v <= hi, "{} '{}': {} is outside {}", flag, list, item, range);
+    out.push_back(float(v));
+    if (end == list.size()) break;
+    pos = end + 1;
+  }
+  return out;
 }
 
 CalibOptions calib_options(const CalibFlags& f, int64_t max_pos) {

@@ -86,6 +86,15 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
   g.calib_stat = cmd.add_option("--calib-stat", o->calib_stat,
                                 "Range statistic of static activation / KV scales: sample_mean (each calibration "
                                 "sample's range, averaged; default) | max (over every calibration token)");
+  g.calib_grid = cmd.add_option("--calib-grid", o->calib_grid,
+                                "Clip ratios every grid search tries, comma-separated in (0, 1] (default 1, 0.975, ..., "
+                                "0.5; PrefixQuant's code: 0.25,0.35,...,0.95 with --calib-refine 10)");
+  g.calib_search_samples = cmd.add_option("--calib-search-samples", o->calib_search_samples,
+                                          "Static activation / KV searches: score the candidates on the first N "
+                                          "calibration samples (their ranges still from all; default 0 = all)");
+  g.calib_refine = cmd.add_option("--calib-refine", o->calib_refine,
+                                  "Static activation / KV searches: N more ratios evenly within +-0.05 of the best "
+                                  "grid ratio (default 0 = none)");
   g.prefix = cmd.add_option("--prefix", o->prefix,
                             "Full-precision KV prefix in front of every sequence: bos (IntactKV[B]) | auto (PrefixQuant "
                             "§5.1 on --calib) | ids:1,2 | text:TEXT | system:TEXT (IntactKV[P]) | none");
@@ -118,7 +127,8 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
 
 bool QuantFlags::calib_flags_given() const {
   return was_given(given.calib) || was_given(given.calib_samples) || was_given(given.calib_len) || was_given(given.calib_seed) ||
-         was_given(given.calib_stat);
+         was_given(given.calib_stat) || was_given(given.calib_grid) || was_given(given.calib_search_samples) ||
+         was_given(given.calib_refine);
 }
 
 std::string QuantFlags::first_given() const {
@@ -128,7 +138,8 @@ std::string QuantFlags::first_given() const {
                               given.kv_keys, given.kv_values, given.kv_outliers, given.kv_qnorm, given.kv_recent,
                               given.kv_recent_bits, given.rotate,
                               given.rotate_seed, given.calib, given.calib_samples, given.calib_len, given.calib_seed,
-                              given.calib_stat, given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
+                              given.calib_stat, given.calib_grid, given.calib_search_samples, given.calib_refine,
+                              given.prefix, given.prefix_source, given.prefix_eta, given.prefix_train,
                               given.prefix_train_lr, given.prefix_train_batch, given.finetune, given.finetune_epochs,
                               given.finetune_lr, given.finetune_scale_lr, given.finetune_batch, given.finetune_target};
   for (const CLI::Option* o : all)
@@ -246,6 +257,9 @@ quant::Recipe QuantFlags::recipe_of_flags() const {
                 "--calib-stat: expected sample_mean or max, got '{}'", calib_stat);
     c.calib.statistic = quant::parse_calib_statistic(calib_stat);
   }
+  if (was_given(g.calib_grid)) c.calib.grid = parse_number_list("--calib-grid", calib_grid, 0.0, 1.0, /*lo_open=*/true);
+  if (was_given(g.calib_search_samples)) c.calib.search_samples = calib_search_samples;
+  if (was_given(g.calib_refine)) c.calib.refine_steps = calib_refine;
   if (was_given(g.prefix)) {
     if (prefix == "none") {
       c.prefix = quant::PrefixSim{};

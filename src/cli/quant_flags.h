@@ -53,6 +53,9 @@ struct QuantFlags {
   std::string calib;
   int64_t calib_samples = 8, calib_len = 0;
   std::string calib_stat = "sample_mean";  // --calib-stat
+  std::string calib_grid;                  // --calib-grid LIST ("" = not given)
+  int64_t calib_search_samples = 0;        // --calib-search-samples
+  int calib_refine = 0;                    // --calib-refine
   std::string prefix;                 // --prefix as given ("" = not given; "none" = no prefix)
   std::string prefix_source = "fp";   // --prefix-source
   double prefix_eta = 64.0;           // --prefix-eta: η of --prefix auto (PrefixQuant §5.1)
@@ -77,7 +80,7 @@ struct QuantFlags {
                 *kv_qnorm = nullptr, *kv_recent = nullptr, *kv_recent_bits = nullptr;
     CLI::Option *rotate = nullptr, *rotate_seed = nullptr;
     CLI::Option *calib = nullptr, *calib_samples = nullptr, *calib_len = nullptr, *calib_seed = nullptr,
-                *calib_stat = nullptr;
+                *calib_stat = nullptr, *calib_grid = nullptr, *calib_search_samples = nullptr, *calib_refine = nullptr;
     CLI::Option *prefix = nullptr, *prefix_source = nullptr, *prefix_eta = nullptr;
     CLI::Option *prefix_train = nullptr, *prefix_train_lr = nullptr, *prefix_train_batch = nullptr;
     CLI::Option *finetune = nullptr, *finetune_epochs = nullptr, *finetune_lr = nullptr, *finetune_scale_lr = nullptr,

@@ -144,6 +144,13 @@ Calibrator::Calibrator(const QuantSpec& spec, CalibStatistic stat) : spec_(spec)
               granularity_name(spec.granularity));
 }
 
+Calibrator Calibrator::with_clip(float r) const {
+  Calibrator c = *this;
+  c.spec_.clip_ratio = r;
+  validate(c.spec_);
+  return c;
+}
+
 void Calibrator::observe(const float* x, int64_t rows, int64_t cols) {
   validate(spec_, rows, cols);
   const bool shared = row_shared(spec_.granularity);

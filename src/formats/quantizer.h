@@ -106,6 +106,9 @@ class Calibrator {
   void observe(const float* x, int64_t rows, int64_t cols);
   bool empty() const { return rows_seen_ == 0; }
   Params params() const;  // throws if nothing was observed
+  // The same observations under clip ratio r (observe() never reads the ratio: params() of the
+  // copy equals that of a Calibrator with ratio r fed the same rows). r in (0, 1].
+  Calibrator with_clip(float r) const;
 
  private:
   QuantSpec spec_;

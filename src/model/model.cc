@@ -395,6 +395,57 @@ void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) {
   std::copy(x_.data(), x_.data() + n, x);
 }
 
+void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x, LayerResume* at) {
+  SINKQ_CHECK(at != nullptr && LayerResume::resumable(at->site),
+              "run_layer: a layer state is saved only at o_in, mlp_in or down_in");
+  const ModelConfig& c = model_->config();
+  const int64_t T = int64_t(tokens.size());
+  SINKQ_CHECK(l >= 0 && l < c.num_layers, "layer {} out of range (the model has {})", l, c.num_layers);
+  SINKQ_CHECK(model_->stage().holds(l, c.num_layers), "layer {} is another pipeline stage's", l);
+  SINKQ_CHECK(T > 0 && T <= max_batch_, "run_layer takes 1..{} tokens (max_batch), got {}", max_batch_, T);
+  SINKQ_CHECK(n_past() + T <= max_ctx(), "{} tokens after {} already in the cache exceed the context of {} tokens",
+              T, n_past(), max_ctx());
+  for (int64_t t = 0; t < T; ++t) {
+    pos_[size_t(t)] = int32_t(n_past() + t);
+    ids_[size_t(t)] = tokens[size_t(t)];
+  }
+  const size_t n = size_t(T * c.hidden_size);
+  std::copy(x, x + n, x_.data());
+  const Part self{this, 0, T};
+  layer(l, T, std::span(&self, 1), nullptr, nullptr, Site::AttnIn, at);
+  std::copy(x_.data(), x_.data() + n, x);
+}
+
+float* Forward::site_input(Site s) {
+  switch (s) {
+    case Site::OIn: return att_.data();
+    case Site::MlpIn: return xn_.data();
+    case Site::DownIn: return gate_.data();
+    default: SINKQ_ASSERT(false && "not a resumable site"); return nullptr;
+  }
+}
+
+void Forward::resume_layer(int l, std::span<const int32_t> tokens, const LayerResume& r, float* x) {
+  const ModelConfig& c = model_->config();
+  const int64_t T = int64_t(tokens.size());
+  SINKQ_CHECK(LayerResume::resumable(r.site), "resume_layer: a layer resumes only at o_in, mlp_in or down_in");
+  SINKQ_CHECK(l >= 0 && l < c.num_layers && model_->stage().holds(l, c.num_layers),
+              "resume_layer: layer {} is not this model's", l);
+  const int64_t features = r.site == Site::OIn ? c.q_dim() : r.site == Site::MlpIn ? c.hidden_size : c.intermediate_size;
+  SINKQ_CHECK(T > 0 && T <= max_batch_ && r.residual.size() == size_t(T * c.hidden_size) &&
+                  r.input.size() == size_t(T * features),
+              "resume_layer: the saved state does not hold {} tokens of this model", T);
+  for (int64_t t = 0; t < T; ++t) {
+    pos_[size_t(t)] = int32_t(n_past() + t);
+    ids_[size_t(t)] = tokens[size_t(t)];
+  }
+  std::copy(r.residual.begin(), r.residual.end(), x_.data());
+  std::copy(r.input.begin(), r.input.end(), site_input(r.site));
+  const Part self{this, 0, T};
+  layer(l, T, std::span(&self, 1), nullptr, nullptr, r.site, nullptr);
+  std::copy(x_.data(), x_.data() + T * c.hidden_size, x);
+}
+
 void Forward::site(Site s, int layer, float* data, int64_t T, int64_t features) {
   if (!hooks_.active(s, layer)) return;
   SiteView v{s, layer, data, T, features, std::span(pos_.data(), size_t(T)),
@@ -511,7 +562,8 @@ void Forward::layer(int l, int64_t T) {
 // KV store). The norms, residuals and linears run over all T rows at once; RoPE, the site hooks,
 // the cache writes and attention run per part. One part that is this Forward is step()'s chunk.
 // Several parts: the new K / V rows go to k_scratch / v_scratch [T, kv_dim] first.
-void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch) {
+void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch, Site from,
+                    LayerResume* save) {
   const ModelConfig& c = model_->config();
   const LayerSpec& spec = c.spec();
   const LayerWeights& w = model_->weights().layers[size_t(l)];
@@ -520,8 +572,15 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   float* x = x_.data();
   float* xn = xn_.data();
   auto each = [&](Site s, float* data, int64_t features) {
+    if (save && save->site == s) {  // run_layer(…, at): the state before this site's hook
+      save->residual.assign(x, x + T * H);
+      save->input.assign(data, data + T * features);
+    }
     for (const Part& p : parts) p.f->site(s, l, data + p.row0 * features, p.n, features);
   };
+  // resume_layer: x_ and from's input buffer hold the saved state; the layer starts at its hook.
+  const int start = from == Site::DownIn ? 3 : from == Site::MlpIn ? 2 : from == Site::OIn ? 1 : 0;
+  SINKQ_ASSERT(start == 0 || from == Site::OIn || from == Site::MlpIn || from == Site::DownIn);
   // New K/V rows go straight into the fp32 cache, or into scratch that the KV store quantizes (one
   // sequence); several sequences' rows go to batch scratch and are copied into each one's cache.
   const bool one = parts.size() == 1;
@@ -531,59 +590,65 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   float* v = !one ? v_scratch : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
   // Attention block.
-  rmsnorm(x, w.vec(VecRole::AttnNorm), xn, T, H, c.rms_norm_eps);
-  each(Site::AttnIn, xn, H);
-  site_linears<3>(xn, T, {&w.mat(LinearRole::Q), &w.mat(LinearRole::K), &w.mat(LinearRole::V)},
-                  {w.impl_of(LinearRole::Q).get(), w.impl_of(LinearRole::K).get(), w.impl_of(LinearRole::V).get()},
-                  {w.bias(0), w.bias(1), w.bias(2)}, {q_.data(), k, v});
-  if (spec.qk_norm) {  // each head's row of q and k (Qwen3, Gemma 3), before the pre-RoPE k site
-    rmsnorm(q_.data(), w.vec(VecRole::QNorm), q_.data(), T * c.num_heads, c.head_dim, c.rms_norm_eps);
-    rmsnorm(k, w.vec(VecRole::KNorm), k, T * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
-  }
-  each(Site::KPreRope, k, KV);
-  for (const Part& p : parts) {
-    Forward& f = *p.f;
-    const std::span<const int32_t> pos(f.pos_.data(), size_t(p.n));
-    float* q = q_.data() + p.row0 * QD;
-    float* kp = k + p.row0 * KV;
-    float* vp = v + p.row0 * KV;
-    // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
-    // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
-    const bool pre_rope_store = f.store_ && f.store_->keys_before_rope();
-    rope_apply(rope, q, p.n, c.num_heads, pos);
-    if (!pre_rope_store) rope_apply(rope, kp, p.n, c.num_kv_heads, pos);
-    f.site(Site::Q, l, q, p.n, QD);
-    if (!pre_rope_store) f.site(Site::K, l, kp, p.n, KV);
-    f.site(Site::V, l, vp, p.n, KV);
-    const int64_t body_past = f.body_size();  // body rows before these
-    const KvSegment prefix = f.prefix_ ? f.prefix_->segment(l) : KvSegment{};
-    float* att = att_.data() + p.row0 * QD;
-    AttnShape shape = f.attn_shape_;
-    shape.sliding_window = c.window(l);
-    if (f.store_) {
-      f.store_->write(l, body_past, kp, vp, p.n);
-      f.store_->attention(l, shape, q, prefix, body_past, p.n, att);
-    } else {
-      if (!one) {
-        std::copy(kp, kp + p.n * KV, f.cache_.k(l) + body_past * KV);
-        std::copy(vp, vp + p.n * KV, f.cache_.v(l) + body_past * KV);
+  if (start == 0) {
+    rmsnorm(x, w.vec(VecRole::AttnNorm), xn, T, H, c.rms_norm_eps);
+    each(Site::AttnIn, xn, H);
+    site_linears<3>(xn, T, {&w.mat(LinearRole::Q), &w.mat(LinearRole::K), &w.mat(LinearRole::V)},
+                    {w.impl_of(LinearRole::Q).get(), w.impl_of(LinearRole::K).get(), w.impl_of(LinearRole::V).get()},
+                    {w.bias(0), w.bias(1), w.bias(2)}, {q_.data(), k, v});
+    if (spec.qk_norm) {  // each head's row of q and k (Qwen3, Gemma 3), before the pre-RoPE k site
+      rmsnorm(q_.data(), w.vec(VecRole::QNorm), q_.data(), T * c.num_heads, c.head_dim, c.rms_norm_eps);
+      rmsnorm(k, w.vec(VecRole::KNorm), k, T * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
+    }
+    each(Site::KPreRope, k, KV);
+    for (const Part& p : parts) {
+      Forward& f = *p.f;
+      const std::span<const int32_t> pos(f.pos_.data(), size_t(p.n));
+      float* q = q_.data() + p.row0 * QD;
+      float* kp = k + p.row0 * KV;
+      float* vp = v + p.row0 * KV;
+      // A store that keeps keys before RoPE gets these rows and applies RoPE (and whatever the k site
+      // would do) itself in attention(): post-RoPE keys are never formed, the k site does not run.
+      const bool pre_rope_store = f.store_ && f.store_->keys_before_rope();
+      rope_apply(rope, q, p.n, c.num_heads, pos);
+      if (!pre_rope_store) rope_apply(rope, kp, p.n, c.num_kv_heads, pos);
+      f.site(Site::Q, l, q, p.n, QD);
+      if (!pre_rope_store) f.site(Site::K, l, kp, p.n, KV);
+      f.site(Site::V, l, vp, p.n, KV);
+      const int64_t body_past = f.body_size();  // body rows before these
+      const KvSegment prefix = f.prefix_ ? f.prefix_->segment(l) : KvSegment{};
+      float* att = att_.data() + p.row0 * QD;
+      AttnShape shape = f.attn_shape_;
+      shape.sliding_window = c.window(l);
+      if (f.store_) {
+        f.store_->write(l, body_past, kp, vp, p.n);
+        f.store_->attention(l, shape, q, prefix, body_past, p.n, att);
+      } else {
+        if (!one) {
+          std::copy(kp, kp + p.n * KV, f.cache_.k(l) + body_past * KV);
+          std::copy(vp, vp + p.n * KV, f.cache_.v(l) + body_past * KV);
+        }
+        attention(shape, q, prefix, f.cache_.k(l), f.cache_.v(l), body_past, p.n, att);
       }
-      attention(shape, q, prefix, f.cache_.k(l), f.cache_.v(l), body_past, p.n, att);
     }
   }
-  each(Site::OIn, att_.data(), QD);
-  linear(att_.data(), T, w.mat(LinearRole::O), w.impl_of(LinearRole::O).get(), nullptr, tmp_.data());
-  if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostAttnNorm), tmp_.data(), T, H, c.rms_norm_eps);
-  add_inplace(x, tmp_.data(), T * H);
+  if (start <= 1) {
+    each(Site::OIn, att_.data(), QD);
+    linear(att_.data(), T, w.mat(LinearRole::O), w.impl_of(LinearRole::O).get(), nullptr, tmp_.data());
+    if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostAttnNorm), tmp_.data(), T, H, c.rms_norm_eps);
+    add_inplace(x, tmp_.data(), T * H);
+  }
 
   // MLP block (SwiGLU / GeGLU).
-  rmsnorm(x, w.vec(VecRole::MlpNorm), xn, T, H, c.rms_norm_eps);
-  each(Site::MlpIn, xn, H);
-  site_linears<2>(xn, T, {&w.mat(LinearRole::Gate), &w.mat(LinearRole::Up)},
-                  {w.impl_of(LinearRole::Gate).get(), w.impl_of(LinearRole::Up).get()}, {nullptr, nullptr},
-                  {gate_.data(), up_.data()});
-  if (spec.act == Activation::GeluTanh) gelu_tanh_mul(gate_.data(), up_.data(), T, I);
-  else silu_mul(gate_.data(), up_.data(), T, I);
+  if (start <= 2) {
+    if (start < 2) rmsnorm(x, w.vec(VecRole::MlpNorm), xn, T, H, c.rms_norm_eps);
+    each(Site::MlpIn, xn, H);
+    site_linears<2>(xn, T, {&w.mat(LinearRole::Gate), &w.mat(LinearRole::Up)},
+                    {w.impl_of(LinearRole::Gate).get(), w.impl_of(LinearRole::Up).get()}, {nullptr, nullptr},
+                    {gate_.data(), up_.data()});
+    if (spec.act == Activation::GeluTanh) gelu_tanh_mul(gate_.data(), up_.data(), T, I);
+    else silu_mul(gate_.data(), up_.data(), T, I);
+  }
   each(Site::DownIn, gate_.data(), I);
   linear(gate_.data(), T, w.mat(LinearRole::Down), w.impl_of(LinearRole::Down).get(), nullptr, tmp_.data());
   if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostMlpNorm), tmp_.data(), T, H, c.rms_norm_eps);

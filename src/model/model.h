@@ -107,6 +107,14 @@ void stage_outputs(const Model& m, const std::vector<std::vector<float>>& xs);
 // through this stage's layers with its input from the previous stage and its output to the next.
 void stage_step(Forward& fwd, std::span<const int32_t> tokens);
 
+// A layer's state saved at a site by Forward::run_layer for resume_layer: the residual stream
+// [T, hidden] at that point and the site's input [T, features] before its hook ran.
+struct LayerResume {
+  Site site = Site::MlpIn;
+  std::vector<float> residual, input;
+  static bool resumable(Site s) { return s == Site::OIn || s == Site::MlpIn || s == Site::DownIn; }
+};
+
 // One sequence's forward pass over preallocated buffers: prefill (T > 1) and decode (T = 1)
 // share the code; the KV cache grows with every call.
 class Forward {
@@ -182,6 +190,15 @@ class Forward {
   //                             overwrites the rows an earlier one wrote)
   void embed(std::span<const int32_t> tokens, float* x);
   void run_layer(int l, std::span<const int32_t> tokens, float* x);
+  // The same with the layer's state saved just before the hook of site `at->site` runs (the
+  // residual stream and that site's input), so resume_layer can rerun the rest of the layer under
+  // other quantizers from there without recomputing what comes before (a grid search's candidates
+  // at o_in / mlp_in / down_in). Only those three sites (LayerResume::resumable); else an error.
+  void run_layer(int l, std::span<const int32_t> tokens, float* x, LayerResume* at);
+  // x [T, hidden] ← layer l run from r.site (its hook included) on the state r saved, with the
+  // same tokens and positions: bit for bit what run_layer gives when everything before r.site
+  // computes what it computed then (the hooks before it unchanged). Writes no cache rows.
+  void resume_layer(int l, std::span<const int32_t> tokens, const LayerResume& r, float* x);
 
   // One decode step of several sequences of one model together: token b is fed to seqs[b] at its
   // n_past(), and its logits [vocab] are then seqs[b]->logits(). The linears run over all B rows
@@ -213,7 +230,12 @@ class Forward {
   static void embed_ids(const Model& m, std::span<const int32_t> ids, float* out);
   static void head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits);
   void layer(int l, int64_t T);
-  void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch);
+  // from: the site the layer starts at (AttnIn = the whole layer; OIn / MlpIn / DownIn: x_ holds the
+  // residual and that site's buffer its input, as resume_layer sets them); save: the state to keep
+  // before save->site's hook (nullptr: none).
+  void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch,
+             Site from = Site::AttnIn, LayerResume* save = nullptr);
+  float* site_input(Site s);  // the activation buffer a resumable site's hook sees
   void advance(int64_t T);  // T new body rows are in the cache / store
   void site(Site s, int layer, float* data, int64_t T, int64_t features);
 

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -372,7 +373,7 @@ namespace {
 struct Slot {
   enum class State { Off, Observe, Apply } state = State::Off;
   QuantSpec spec;
-  std::vector<Calibrator> candidates;  // Observe: one per grid ratio, fed every row the hook sees
+  std::optional<Calibrator> observer;  // Observe: fed every row the hook sees (clip ratio 1)
   Params params;                       // Apply
 };
 
@@ -405,7 +406,7 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
       switch (slot->state) {
         case Slot::State::Off: break;
         case Slot::State::Observe:
-          for (Calibrator& c : slot->candidates) c.observe(v.data, v.tokens, v.features);
+          slot->observer->observe(v.data, v.tokens, v.features);
           break;
         case Slot::State::Apply: fake_quant(slot->spec, slot->params, v.data, v.tokens, v.features); break;
       }
@@ -413,16 +414,29 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
   }
 
   const LayerRange& stage = qmodel->stage();  // a pipeline stage searches its own layers
-  std::vector<std::vector<float>> xq = stage_inputs(fq, calib), target(calib.size());
+  std::vector<std::vector<float>> xq = stage_inputs(fq, calib);
+  // Candidates are scored on the first n_score samples (CalibSim::search_samples); every sample
+  // feeds the ranges and the next block's inputs.
+  const size_t n_score = cfg.calib.search_samples > 0 ? std::min(calib.size(), size_t(cfg.calib.search_samples))
+                                                      : calib.size();
+  std::vector<std::vector<float>> target(n_score);
+  std::vector<LayerResume> saved(n_score);  // the block's state before a resumable site, per scored sample
   int64_t count = 0;
-  for (const auto& s : calib) count += int64_t(s.size()) * H;
-  // Block-output MSE of fq's layer l against the targets, from the current inputs.
-  auto block_mse = [&](int l) {
+  for (size_t s = 0; s < n_score; ++s) count += int64_t(calib[s].size()) * H;
+  // Block-output MSE of fq's layer l against the targets; resume: from the state saved at the
+  // site (o_in / mlp_in / down_in: what precedes it is the same for every candidate, so the same
+  // bits as running the whole block, Forward::resume_layer).
+  auto block_mse = [&](int l, bool resume) {
     double e = 0;
     std::vector<float> y;
-    for (size_t s = 0; s < calib.size(); ++s) {
-      y = xq[s];
-      fq.run_layer(l, calib[s], y.data());
+    for (size_t s = 0; s < n_score; ++s) {
+      if (resume) {
+        y.resize(xq[s].size());
+        fq.resume_layer(l, calib[s], saved[s], y.data());
+      } else {
+        y = xq[s];
+        fq.run_layer(l, calib[s], y.data());
+      }
       for (size_t k = 0; k < y.size(); ++k) {
         const double d = double(y[k]) - double(target[s][k]);
         e += d * d;
@@ -440,7 +454,7 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
     }
     json rec = json::object();
     for (auto& [s, slot] : slots) slot->state = Slot::State::Off;
-    for (size_t s = 0; s < calib.size(); ++s) {
+    for (size_t s = 0; s < n_score; ++s) {
       target[s] = xq[s];
       ffp.run_layer(l, calib[s], target[s].data());
     }
@@ -450,39 +464,50 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
       const bool grid_on = kv ? cfg.kv.clip_grid : cfg.a.clip_grid;
       const std::vector<float> grid = grid_on ? cfg.calib.grid : std::vector<float>{kv ? cfg.kv.clip : cfg.a.clip};
       const QuantSpec base = static_spec(cfg, site, mc);
-      slot.candidates.clear();
-      for (float r : grid) {
-        QuantSpec spec = base;
-        spec.clip_ratio = r;
-        slot.candidates.emplace_back(spec, cfg.calib.statistic);
-      }
+      const bool resume = LayerResume::resumable(site);
       // Observe: the site unquantized, earlier sites at their chosen scales, later ones off.
+      slot.observer.emplace(base, cfg.calib.statistic);
       slot.state = Slot::State::Observe;
       for (size_t s = 0; s < calib.size(); ++s) {
         std::vector<float> y = xq[s];
-        fq.run_layer(l, calib[s], y.data());
+        if (resume && s < n_score) {
+          saved[s].site = site;
+          fq.run_layer(l, calib[s], y.data(), &saved[s]);
+        } else {
+          fq.run_layer(l, calib[s], y.data());
+        }
       }
-      std::vector<Params> cand;
-      for (const Calibrator& c : slot.candidates) cand.push_back(c.params());
-      slot.candidates.clear();
+      const Calibrator observed = std::move(*slot.observer);
+      slot.observer.reset();
       // Score every candidate; strict < keeps the earlier ratio on ties.
       slot.state = Slot::State::Apply;
       slot.spec = base;
+      std::vector<float> tried;
+      std::vector<double> mse;
       size_t best = 0;
-      std::vector<double> mse(grid.size());
-      for (size_t c = 0; c < grid.size(); ++c) {
-        slot.params = cand[c];
-        mse[c] = block_mse(l);
-        if (mse[c] < mse[best]) best = c;
+      auto score = [&](float r) {
+        slot.params = observed.with_clip(r).params();
+        tried.push_back(r);
+        mse.push_back(block_mse(l, resume));
+        if (mse.back() < mse[best]) best = mse.size() - 1;
+      };
+      for (float r : grid) score(r);
+      // Refinement around the best grid ratio (CalibSim::refine_steps); ratios already tried or
+      // outside (0, 1] are skipped.
+      const int steps = grid_on ? cfg.calib.refine_steps : 0;
+      const float c = tried[best], w = cfg.calib.refine_width;
+      for (int i = 0; i < steps; ++i) {
+        const float r = steps == 1 ? c : c - w + 2.0f * w * float(i) / float(steps - 1);
+        if (r > 0.0f && r <= 1.0f && std::find(tried.begin(), tried.end(), r) == tried.end()) score(r);
       }
-      slot.spec.clip_ratio = grid[best];
-      slot.params = cand[best];
+      slot.spec.clip_ratio = tried[best];
+      slot.params = observed.with_clip(tried[best]).params();
       statics.push_back(StaticQuant{site, l, slot.spec, slot.params});
-      const auto one = std::find(grid.begin(), grid.end(), 1.0f);
+      const auto one = std::find(tried.begin(), tried.end(), 1.0f);
       json& r = rec[std::string(site_name(site))];
-      r["ratio"] = json_float(grid[best]);
+      r["ratio"] = json_float(tried[best]);
       r["mse"] = mse[best];
-      r["mse_at_1"] = one != grid.end() ? json(mse[size_t(one - grid.begin())]) : json(nullptr);
+      r["mse_at_1"] = one != tried.end() ? json(mse[size_t(one - tried.begin())]) : json(nullptr);
       if (slot.params.scale.size() == 1) r["scale"] = slot.params.scale[0];
     }
     records.push_back(std::move(rec));

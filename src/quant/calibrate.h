@@ -41,6 +41,15 @@
 //                 cfg.calib.statistic) over every row the site's hook saw on all samples (the site
 //                 itself unquantized in that pass); each sample is one run_layer call, so one
 //                 observe() call: sample_mean averages the samples' ranges (formats/quantizer.h).
+//   cost          a candidate at o_in, mlp_in or down_in reruns the block only from that site
+//                 (Forward::resume_layer on the state saved in the observe pass: what precedes the
+//                 site does not depend on the candidate, so the same bits as the whole block;
+//                 down_in runs only down_proj). Two recipe settings trade accuracy of the search
+//                 for time on large models (CalibSim; off by default): search_samples scores the
+//                 candidates on the first N samples only (ranges and the next block's inputs still
+//                 from all), refine_steps adds ratios within ±refine_width of the best grid entry
+//                 (PrefixQuant's code: a coarse grid of 8, then 10 fine), so a coarse grid can stand
+//                 in for the 21-ratio one.
 // Statistics come only from the rows a hook sees: a full-precision prefix already in the cache
 // (n_past() > 0) is never observed.
 #pragma once

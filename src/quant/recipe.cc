@@ -227,6 +227,11 @@ void Recipe::validate() const {
   SINKQ_CHECK(calib.len >= 0 && calib.len != 1, "--calib-len must be >= 2, got {}", calib.len);
   SINKQ_CHECK(calib.weight_rows >= 1, "calibration: weight_rows must be >= 1, got {}", calib.weight_rows);
   SINKQ_CHECK(!calib.grid.empty(), "calibration: the clip grid is empty");
+  SINKQ_CHECK(calib.search_samples >= 0, "--calib-search-samples must be >= 0 (0 = all), got {}", calib.search_samples);
+  SINKQ_CHECK(calib.refine_steps >= 0 && calib.refine_steps <= 64, "--calib-refine must be in 0..64, got {}",
+              calib.refine_steps);
+  SINKQ_CHECK(calib.refine_width > 0.0f && calib.refine_width < 1.0f,
+              "calibration: refine_width must be in (0, 1), got {}", calib.refine_width);
   for (float r : calib.grid)
     SINKQ_CHECK(r > 0.0f && r <= 1.0f, "calibration: clip grid entry {} is outside (0, 1]", r);
   SINKQ_CHECK(prefix.requested() || prefix.source == PrefixSim::Source::Fp,

@@ -193,6 +193,15 @@ struct CalibSim {
   // says why) or the range over every calibration token.
   CalibStatistic statistic = CalibStatistic::SampleMean;
   std::vector<float> grid = default_clip_grid();  // candidates of every grid search, in order
+  // The static activation / KV searches (calibrate.h): candidates scored on the block output of the
+  // first `search_samples` samples only (0 = all); their ranges still come from every sample.
+  int64_t search_samples = 0;
+  // Then `refine_steps` more ratios evenly over [best − refine_width, best + refine_width] ∩ (0, 1]
+  // around the best grid entry (PrefixQuant's code: 8 coarse ratios, then 10 fine within ±0.05);
+  // 0 = none. Static searches only: the weight search scores each row at every grid ratio.
+  int refine_steps = 0;
+  float refine_width = 0.05f;
+  bool default_search() const { return search_samples == 0 && refine_steps == 0; }
 };
 
 // The full-precision KV prefix (model/kv_prefix.h) in front of every sequence: PrefixQuant's

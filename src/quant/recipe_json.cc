@@ -167,6 +167,10 @@ nlohmann::json Recipe::to_json() const {
     j["calibration"] = {{"file", calib.file}, {"samples", calib.samples}, {"len", calib.len},
                         {"seed", calib.seed}, {"grid", g}, {"weight_rows", calib.weight_rows},
                         {"statistic", calib_statistic_name(calib.statistic)}};
+    // Absent at their defaults: recipes (and artifacts) from before them read and write unchanged.
+    if (calib.search_samples != 0) j["calibration"]["search_samples"] = calib.search_samples;
+    if (calib.refine_steps != 0)
+      j["calibration"]["refine"] = {{"steps", calib.refine_steps}, {"width", json_float(calib.refine_width)}};
   } else {
     j["calibration"] = nullptr;
   }
@@ -399,7 +403,16 @@ Recipe Recipe::from_json(const nlohmann::json& j, std::string_view where, std::s
     if (const json* v = R.find(*jf, "batch")) c.finetune.batch = R.integer(*v, "finetune.batch");
   }
   if (const json* jc = R.find(j, "calibration"); jc && !jc->is_null()) {
-    R.keys(*jc, "calibration", {"file", "samples", "len", "seed", "grid", "weight_rows", "statistic"});
+    R.keys(*jc, "calibration",
+           {"file", "samples", "len", "seed", "grid", "weight_rows", "statistic", "search_samples", "refine"});
+    if (const json* v = R.find(*jc, "search_samples"))
+      c.calib.search_samples = R.int64(*v, "calibration.search_samples");
+    if (const json* v = R.find(*jc, "refine")) {
+      if (!v->is_object()) R.bad("calibration.refine", "must be an object {\"steps\": N, \"width\": W}, got " + v->dump());
+      R.keys(*v, "calibration.refine", {"steps", "width"});
+      if (const json* n = R.find(*v, "steps")) c.calib.refine_steps = R.integer(*n, "calibration.refine.steps");
+      if (const json* w = R.find(*v, "width")) c.calib.refine_width = float(R.number(*w, "calibration.refine.width"));
+    }
     if (const json* v = R.find(*jc, "statistic")) {
       const std::string t = R.str(*v, "calibration.statistic");
       if (t != "max" && t != "sample_mean")

@@ -146,8 +146,33 @@ TEST(CliCalib, Errors) {
                {"--calib-samples"});
   expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", sample_text(), "--calib-len", "100000"}),
                {"--calib-len"});
+  // The search's cost flags.
+  const std::vector<std::string> st = {"--a-bits", "4", "--a-quant", "static", "--calib", sample_text()};
+  auto with = [&](std::initializer_list<std::string> more) {
+    std::vector<std::string> a = st;
+    a.insert(a.end(), more);
+    return ppl(a);
+  };
+  expect_error(with({"--calib-grid", "1,0.9,,0.8"}), {"--calib-grid", "empty item"});
+  expect_error(with({"--calib-grid", "1,1.2"}), {"--calib-grid", "1.2", "outside (0, 1]"});
+  expect_error(with({"--calib-grid", "0,0.5"}), {"--calib-grid", "outside (0, 1]"});
+  expect_error(with({"--calib-grid", "0.9,x"}), {"--calib-grid", "'x' is not a number"});
+  expect_error(with({"--calib-search-samples", "-2"}), {"--calib-search-samples"});
+  expect_error(with({"--calib-refine", "100"}), {"--calib-refine"});
   // A missing calibration file is named.
   expect_error(ppl({"--a-bits", "4", "--a-quant", "static", "--calib", "/nonexistent/c4.jsonl"}), {"c4.jsonl"});
+}
+
+// The cost flags reach the recipe the run prints: the grid, the scored samples, the refinement.
+TEST(CliCalib, SearchCostFlagsAreInTheConfiguration) {
+  const RunResult r = ppl({"--preset", "w4a4kv4", "--a-quant", "static", "--calib", sample_text(), "--calib-samples",
+                           "2", "--calib-len", "32", "--calib-grid", "0.95, 0.75", "--calib-search-samples", "1",
+                           "--calib-refine", "4", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json c = json::parse(r.out).at("config").at("calibration");
+  EXPECT_EQ(c.at("grid").size(), 2u);
+  EXPECT_EQ(c.at("search_samples"), 1);
+  EXPECT_EQ(c.at("refine").at("steps"), 4);
 }
 
 }  // namespace

@@ -112,6 +112,43 @@ TEST(Forward, LayerAtATimeEqualsStep) {
   EXPECT_THROW(small.run_layer(0, g.ids, x.data()), Error);  // more tokens than max_batch
 }
 
+// A layer saved at o_in / mlp_in / down_in and resumed there (Forward::resume_layer) gives the
+// whole layer's output bit for bit, with the site's hook run on resume (here a hook that rounds
+// its input to multiples of 1/8, so a skipped or doubled hook would show); other sites are refused.
+TEST(Forward, ResumedLayerEqualsTheWholeLayer) {
+  const auto model = load_model("mixtext-2.5M");
+  const Golden g = load_golden("mixtext-2.5M");
+  const int L = model->config().num_layers;
+  const size_t H = size_t(model->config().hidden_size);
+  for (Site at : {Site::OIn, Site::MlpIn, Site::DownIn}) {
+    SCOPED_TRACE(site_name(at));
+    Forward f(model, 64);
+    int calls = 0;
+    f.hooks().add(at, -1, [&](SiteView& v) {
+      ++calls;
+      for (int64_t i = 0; i < v.tokens * v.features; ++i) v.data[i] = std::nearbyint(v.data[i] * 8.0f) / 8.0f;
+    });
+    std::vector<float> x(g.ids.size() * H);
+    f.embed(g.ids, x.data());
+    for (int l = 0; l < L; ++l) {
+      std::vector<float> whole = x, resumed(x.size());
+      LayerResume saved;
+      saved.site = at;
+      f.run_layer(l, g.ids, whole.data(), &saved);
+      f.resume_layer(l, g.ids, saved, resumed.data());
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(whole[i], resumed[i]) << "layer " << l << " element " << i;
+      x = whole;
+    }
+    EXPECT_EQ(calls, 2 * L);
+    LayerResume bad;
+    bad.site = Site::K;
+    EXPECT_THROW(f.run_layer(0, g.ids, x.data(), &bad), Error);
+    EXPECT_THROW(f.resume_layer(0, g.ids, bad, x.data()), Error);
+    LayerResume empty;  // no saved state of these tokens
+    EXPECT_THROW(f.resume_layer(0, g.ids, empty, x.data()), Error);
+  }
+}
+
 TEST(Forward, ContextOverflowIsAnError) {
   const auto model = load_model("stories260K");
   EXPECT_THROW(Forward(model, model->config().max_position_embeddings + 1), Error);

@@ -385,6 +385,70 @@ TEST(StaticQuant, Reproducible) {
   EXPECT_TRUE(differs);
 }
 
+// The search's cost settings (CalibSim::search_samples, refine_steps) change only what they say:
+//  - scoring on every sample by count is the default search, bit for bit;
+//  - with the ratio fixed (no grid), scoring on one sample gives the same scales: the ranges still
+//    come from every sample;
+//  - refining a coarse grid tries a superset of it, so its objective is never above the coarse
+//    one's (the same first-sample MSE, same inputs: earlier layers identical up to the layer where a
+//    ratio first differs, so compared while every earlier choice agrees), and chooses ratios in (0, 1].
+TEST(StaticQuant, SearchSamplesAndRefinementChangeOnlyWhatTheySay) {
+  const auto calib = calib_samples();
+  const SimModel base = build_sim(stories(), w4a4kv4_static(), calib);
+  Recipe all = w4a4kv4_static();
+  all.calib.search_samples = int64_t(calib.size());
+  const SimModel by_count = build_sim(stories(), all, calib);
+  ASSERT_EQ(base.statics.size(), by_count.statics.size());
+  for (size_t k = 0; k < base.statics.size(); ++k) {
+    EXPECT_EQ(base.statics[k].spec.clip_ratio, by_count.statics[k].spec.clip_ratio) << k;
+    EXPECT_TRUE(bit_equal(base.statics[k].params.scale, by_count.statics[k].params.scale)) << k;
+  }
+
+  Recipe fixed = w4a4kv4_static();
+  fixed.a.clip_grid = fixed.kv.clip_grid = false;
+  fixed.a.clip = fixed.kv.clip = 0.9f;
+  Recipe fixed1 = fixed;
+  fixed1.calib.search_samples = 1;
+  const SimModel f = build_sim(stories(), fixed, calib), f1 = build_sim(stories(), fixed1, calib);
+  ASSERT_EQ(f.statics.size(), f1.statics.size());
+  for (size_t k = 0; k < f.statics.size(); ++k) EXPECT_TRUE(bit_equal(f.statics[k].params.scale, f1.statics[k].params.scale)) << k;
+
+  Recipe coarse = w4a4kv4_static();
+  coarse.calib.search_samples = 1;
+  coarse.calib.grid = {1.0f, 0.7f};
+  Recipe refined = coarse;
+  refined.calib.refine_steps = 5;
+  refined.calib.refine_width = 0.1f;
+  const SimModel c = build_sim(stories(), coarse, calib), r = build_sim(stories(), refined, calib);
+  ASSERT_EQ(c.statics.size(), r.statics.size());
+  int off_grid = 0;
+  for (size_t k = 0; k < r.statics.size(); ++k) {
+    const float ratio = r.statics[k].spec.clip_ratio;
+    EXPECT_GT(ratio, 0.0f);
+    EXPECT_LE(ratio, 1.0f);
+    off_grid += ratio != 1.0f && ratio != 0.7f;
+  }
+  EXPECT_GT(off_grid, 0) << "no site chose a refined ratio";
+  const nlohmann::json &cr = c.calibration_report, &rr = r.calibration_report;
+  // Walk the sites in forward order while every choice so far agrees: the inputs are the same.
+  const size_t L = size_t(stories()->config().num_layers);
+  const char* names[6] = {"attn_in", "k", "v", "o_in", "mlp_in", "down_in"};
+  size_t compared = 0;
+  for (size_t l = 0; l < L; ++l) {
+    bool same = true;
+    for (size_t s = 0; s < 6 && same; ++s) {
+      const char* part = s == 1 || s == 2 ? "kv" : "activations";
+      const double mc = cr.at(part).at(names[s]).at("mse")[l].get<double>();
+      const double mr = rr.at(part).at(names[s]).at("mse")[l].get<double>();
+      EXPECT_LE(mr, mc) << names[s] << " layer " << l;
+      ++compared;
+      same = c.statics[l * 6 + s].spec.clip_ratio == r.statics[l * 6 + s].spec.clip_ratio;
+    }
+    if (!same) break;
+  }
+  EXPECT_GE(compared, 1u);
+}
+
 // Static scales apply to every row a hook sees, whatever its position: after a prefill, decode
 // steps at positions > 0 are quantized with the same calibrated scale (every value at a static
 // per-tensor site is an integer multiple of the stored scale within the 4-bit code range).

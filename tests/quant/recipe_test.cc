@@ -78,6 +78,12 @@ TEST(Recipe, JsonReadsBackToItself) {
   Recipe recent = Recipe::from_preset("kvquant-2bit-1pct");
   recent.kv.recent = 64;
   all.emplace_back("kvquant recent window", recent);
+  Recipe fast = Recipe::from_preset("prefixquant-w4a8kv4");  // the static search's cost settings
+  fast.calib.grid = {0.95f, 0.85f, 0.75f};
+  fast.calib.search_samples = 2;
+  fast.calib.refine_steps = 10;
+  fast.calib.refine_width = 0.04f;
+  all.emplace_back("coarse search", fast);
   for (const auto& [name, r] : all) {
     SCOPED_TRACE(name);
     const json j = r.to_json();
@@ -89,6 +95,11 @@ TEST(Recipe, JsonReadsBackToItself) {
   }
   // The rule's group survives although the default weights are off (bits 16).
   EXPECT_EQ(Recipe::from_json(rules_on_fp.to_json(), "t").weights(1, 0, 2).group, 64);
+  // The search's cost settings are written only when set: recipes from before them are unchanged.
+  const json pq = Recipe::from_preset("prefixquant-w4a8kv4").to_json();
+  EXPECT_FALSE(pq.at("calibration").contains("search_samples"));
+  EXPECT_FALSE(pq.at("calibration").contains("refine"));
+  EXPECT_EQ(fast.to_json().at("calibration").at("refine").at("steps"), 10);
 }
 
 TEST(Recipe, ShortNamesAreBenchsGrammar) {
@@ -222,6 +233,13 @@ TEST(Recipe, BadRecipesNameTheField) {
               HasSubstr("field 'prefix.tokens[1]': must be an integer"));
   EXPECT_THAT(bad([](json& j) { j["calibration"]["grid"] = json::array(); }),
               HasSubstr("field 'calibration.grid': must be a non-empty list"));
+  EXPECT_THAT(bad([](json& j) { j["calibration"]["search_samples"] = -1; }),
+              HasSubstr("--calib-search-samples must be >= 0"));
+  EXPECT_THAT(bad([](json& j) { j["calibration"]["refine"] = 3; }), HasSubstr("field 'calibration.refine': must be an object"));
+  EXPECT_THAT(bad([](json& j) { j["calibration"]["refine"] = {{"steps", 4}, {"width", 1.5}}; }),
+              HasSubstr("refine_width must be in (0, 1)"));
+  EXPECT_THAT(bad([](json& j) { j["calibration"]["refine"] = {{"step", 4}}; }),
+              HasSubstr("field 'calibration.refine.step': unknown key"));
   // Its root inside a larger file is part of the path.
   EXPECT_THAT(error_of([] { Recipe::from_json(json{{"kv", {{"bits", true}}}}, "a/sinkq_recipe.json", "recipe"); }),
               HasSubstr("a/sinkq_recipe.json: field 'recipe.kv.bits': must be an integer"));

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Simulated (fake-quant) perplexity on the 1.5B proving ground (Qwen2.5-Coder-1.5B-Instruct
+# Q4_K_M, scripts/fetch_model.sh) for the rows that need no grid search: RTN weights, dynamic
+# activations / KV, rotation, CrossQuant, and KVQuant's per-channel keys with integer-uniform or
+# NormalFloat levels (their channel ranges come from the calibration forward; no gradients).
+# WikiText-2, gptq protocol, ctx 512, 16 windows (8,176 targets), KLD against the fp model on the
+# same targets. Prints a markdown table (docs/results-qwen2.5-1.5b.md); ± is the standard error of
+# the per-window mean NLL difference to fp, paired over the 16 windows.
+# Usage: bash scripts/qwen15b_sim_table.sh [OUT_DIR]   (after bash scripts/build.sh; ~6 min a row
+# on 2 cores, ~90 min in all). Rows already in OUT_DIR are kept, so an interrupted run resumes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+S=./build/src/cli/sinkq
+Q=$(bash scripts/fetch_model.sh)
+T=../shared/data/wikitext-2/wikitext2_test_joined.txt
+C=../shared/data/c4/c4_train_00000_first1000.jsonl
+OUT=${1:-$(mktemp -d)}
+mkdir -p "$OUT"
+# fp32 weights in memory (7.1 GB; 15 GB with a fake-quantized copy): the same bits as the stored
+# blocks (GgufStored tests), and prefill without dequantizing every block per window.
+export SINKQ_GGUF_WEIGHTS=f32
+CAL=(--calib "$C" --calib-samples 8 --calib-len 512)
+KVQ=(--kv-codebook uniform --kv-keys pre_rope_channel "${CAL[@]}")
+ROWS=()
+run() {  # $1 row name, rest: flags
+  local name=$1; shift
+  [[ $name == fp ]] || ROWS+=("$name")
+  [[ -s $OUT/$name.json ]] && return
+  echo "qwen15b_sim_table: $name  [$(date +%T)]" >&2
+  "$S" ppl -m "$Q" -f "$T" --ctx 512 --max-windows 16 --json "$@" 2>/dev/null >"$OUT/$name.json.tmp"
+  mv "$OUT/$name.json.tmp" "$OUT/$name.json"
+}
+run fp
+run w8a8kv8 --w-bits 8 --a-bits 8 --kv-bits 8 --kld
+run kv4 --kv-bits 4 --kld
+run kv4-chan --kv-bits 4 "${KVQ[@]}" --kld
+run kv3-chan-1pct --kv-bits 3 "${KVQ[@]}" --kv-outliers 0.01 --kld
+run kv2-chan-1pct --kv-bits 2 "${KVQ[@]}" --kv-outliers 0.01 --kld
+run w4a16g128 --preset w4a16g128 --kld
+run w4a8 --w-bits 4 --a-bits 8 --kld
+run w4a8-kv4-chan --w-bits 4 --a-bits 8 --kv-bits 4 "${KVQ[@]}" --kld
+run w4a8-kv3-chan-1pct --w-bits 4 --a-bits 8 --kv-bits 3 "${KVQ[@]}" --kv-outliers 0.01 --kld
+run w4a4 --w-bits 4 --a-bits 4 --kld
+run w4a4-rot --w-bits 4 --a-bits 4 --rotate --kld
+run w4a4-cross --w-bits 4 --a-bits 4 --a-quant cross --a-alpha 0.15 --kld
+run kv4-rot --kv-bits 4 --rotate --kld
+python3 scripts/ppl_table.py "$OUT" "${ROWS[@]}"

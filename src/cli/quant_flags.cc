@@ -93,8 +93,8 @@ std::shared_ptr<QuantFlags> add_quant_flags(CLI::App& cmd) {
                                           "Static activation / KV searches: score the candidates on the first N "
                                           "calibration samples (their ranges still from all; default 0 = all)");
   g.calib_refine = cmd.add_option("--calib-refine", o->calib_refine,
-                                  "Static activation / KV searches: N more ratios evenly within +-0.05 of the best "
-                                  "grid ratio (default 0 = none)");
+                                  "Every grid search: N more ratios evenly within +-0.05 of the best grid ratio (per "
+                                  "site; per row or group for weights; default 0 = none)");
   g.prefix = cmd.add_option("--prefix", o->prefix,
                             "Full-precision KV prefix in front of every sequence: bos (IntactKV[B]) | auto (PrefixQuant "
                             "§5.1 on --calib) | ids:1,2 | text:TEXT | system:TEXT (IntactKV[P]) | none");

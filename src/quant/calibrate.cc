@@ -122,7 +122,8 @@ std::vector<double> weight_clip_objective(const WeightSim& w, const float* W, in
 }
 
 WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
-                                    const float* X, int64_t n, std::span<const float> grid) {
+                                    const float* X, int64_t n, std::span<const float> grid, int refine_steps,
+                                    float refine_width) {
   SINKQ_CHECK(!grid.empty(), "weight clip search: empty grid");
   const ClipObjective obj(w, W, rows, cols, X, n);
   const int64_t entries = rows * obj.groups();
@@ -144,6 +145,23 @@ WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t 
       if (res.objective[c * size_t(entries) + size_t(k)] < res.objective[best * size_t(entries) + size_t(k)]) best = c;
     res.ratios.r[size_t(k)] = grid[best];
     res.chosen[size_t(k)] = res.objective[best * size_t(entries) + size_t(k)];
+  }
+  if (refine_steps > 0) {
+    const std::vector<float> centre = res.ratios.r;
+    ClipRatios step = res.ratios;
+    for (int i = 0; i < refine_steps; ++i) {
+      const float off = refine_steps == 1 ? 0.0f : -refine_width + 2.0f * refine_width * float(i) / float(refine_steps - 1);
+      for (int64_t k = 0; k < entries; ++k) {
+        const float r = centre[size_t(k)] + off;
+        step.r[size_t(k)] = r > 0.0f && r <= 1.0f ? r : centre[size_t(k)];
+      }
+      const std::vector<double> e = obj.eval(step);
+      for (int64_t k = 0; k < entries; ++k)
+        if (e[size_t(k)] < res.chosen[size_t(k)]) {
+          res.chosen[size_t(k)] = e[size_t(k)];
+          res.ratios.r[size_t(k)] = step.r[size_t(k)];
+        }
+    }
   }
   return res;
 }
@@ -241,7 +259,8 @@ ModelClipRatios search_weight_clips(std::shared_ptr<const Model> fp, const Recip
       std::vector<float> W(size_t(m.rows * m.cols));
       to_f32(m.dtype, m.data, W.data(), W.size());
       if (folds) cross_fold_weight((*folds)[size_t(l) * 4 + size_t(kLinearRoles[i].input)], W.data(), m.rows, m.cols);
-      WeightClipResult r = search_weight_clip(ws, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid);
+      WeightClipResult r = search_weight_clip(ws, W.data(), m.rows, m.cols, X[kLinearRoles[i].input].data(), n, grid,
+                                              cfg.calib.refine_steps, cfg.calib.refine_width);
       double mean = 0, chosen = 0, r1 = 0;
       const size_t entries = r.ratios.r.size();
       for (size_t k = 0; k < entries; ++k) {

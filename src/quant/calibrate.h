@@ -48,8 +48,9 @@
 //                 for time on large models (CalibSim; off by default): search_samples scores the
 //                 candidates on the first N samples only (ranges and the next block's inputs still
 //                 from all), refine_steps adds ratios within ±refine_width of the best grid entry
-//                 (PrefixQuant's code: a coarse grid of 8, then 10 fine), so a coarse grid can stand
-//                 in for the 21-ratio one.
+//                 (PrefixQuant's code: a coarse grid of 8, then 10 fine; the weight search refines
+//                 each row / group around its own best), so a coarse grid can stand in for the
+//                 21-ratio one.
 // Statistics come only from the rows a hook sees: a full-precision prefix already in the cache
 // (n_past() > 0) is never observed.
 #pragma once
@@ -73,9 +74,14 @@ struct WeightClipResult {
 // (definitions above; groups = weight_groups(w, cols), the ragged tail included). w.clip and
 // w.clip_grid are ignored; bits, group and symmetric are used. Candidate r is scored with every
 // entry at ratio r (fake_quant_weight with all ratios r), which is exact per entry since entries
-// are independent.
+// are independent. refine_steps > 0 (CalibSim::refine_steps): then refine_steps more ratios per
+// entry, evenly over [best − refine_width, best + refine_width] around that entry's best grid
+// ratio (ratios outside (0, 1] re-score the best: no change), each pass one evaluation with
+// per-entry ratios; an entry takes a refined ratio only when strictly better. `objective` holds the
+// grid candidates only.
 WeightClipResult search_weight_clip(const WeightSim& w, const float* W, int64_t rows, int64_t cols,
-                                    const float* X, int64_t n, std::span<const float> grid);
+                                    const float* X, int64_t n, std::span<const float> grid, int refine_steps = 0,
+                                    float refine_width = 0.05f);
 
 // e per (row, group) for the given ratios: the objective the search minimizes, computed the same
 // way (W quantized by fake_quant_weight with `ratios`, the error multiplied by X in fp32 by the

@@ -198,7 +198,7 @@ struct CalibSim {
   int64_t search_samples = 0;
   // Then `refine_steps` more ratios evenly over [best − refine_width, best + refine_width] ∩ (0, 1]
   // around the best grid entry (PrefixQuant's code: 8 coarse ratios, then 10 fine within ±0.05);
-  // 0 = none. Static searches only: the weight search scores each row at every grid ratio.
+  // 0 = none. Static searches around the site's best; the weight search around each row's (group's).
   int refine_steps = 0;
   float refine_width = 0.05f;
   bool default_search() const { return search_samples == 0 && refine_steps == 0; }

@@ -222,6 +222,34 @@ TEST(WeightClip, MatchesBruteForce) {
   }
 }
 
+// Refinement (CalibSim::refine_steps) of a coarse grid, per entry: never worse than the grid's
+// choice, some entry strictly better (a 2-ratio grid leaves room), every ratio the grid's or within
+// ±width of it in (0, 1], and `chosen` is the objective of the chosen ratios (fp32 matmul accuracy,
+// as in MatchesBruteForce).
+TEST(WeightClip, RefinementNeverWorseThanItsGrid) {
+  const int64_t R = 16, C = 64, N = 24;
+  const auto W = random_matrix(R, C, 31);
+  const auto X = random_matrix(N, C, 32);
+  const std::vector<float> grid{1.0f, 0.6f};
+  WeightSim w;
+  w.bits = 3;
+  w.group = 32;
+  const WeightClipResult coarse = search_weight_clip(w, W.data(), R, C, X.data(), N, grid);
+  const WeightClipResult fine = search_weight_clip(w, W.data(), R, C, X.data(), N, grid, 6, 0.2f);
+  ASSERT_EQ(coarse.chosen.size(), fine.chosen.size());
+  int better = 0;
+  for (size_t k = 0; k < fine.chosen.size(); ++k) {
+    EXPECT_LE(fine.chosen[k], coarse.chosen[k]) << k;
+    better += fine.chosen[k] < coarse.chosen[k];
+    const float r = fine.ratios.r[k], c = coarse.ratios.r[k];
+    EXPECT_TRUE(r > 0.0f && r <= 1.0f && std::abs(r - c) <= 0.2f + 1e-6f) << k << ": " << r << " around " << c;
+  }
+  EXPECT_GT(better, 0);
+  const std::vector<double> e = weight_clip_objective(w, W.data(), R, C, X.data(), N, fine.ratios);
+  for (size_t k = 0; k < e.size(); ++k) EXPECT_NEAR(e[k], fine.chosen[k], 1e-4 * fine.chosen[k] + 1e-9) << k;
+  EXPECT_EQ(fine.objective, coarse.objective);  // the grid's candidates only
+}
+
 // Static per-tensor activations (and static KV) calibrated on exactly the tokens that are then
 // evaluated, with a grid that only holds 1.0, are dynamic per-tensor (per-head-shared) quantization
 // of that call: bit-identical logits. This holds the whole layer-by-layer pipeline (quantized

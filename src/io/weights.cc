@@ -243,6 +243,12 @@ const float* ModelWeights::own(std::vector<float> v) {
   return owned.back().data();
 }
 
+bool ModelWeights::owns(const void* p) const {
+  for (const std::vector<float>& v : owned)
+    if (!v.empty() && static_cast<const void*>(v.data()) == p) return true;
+  return false;
+}
+
 int64_t ModelWeights::parameter_count(const ModelConfig& c) const {
   auto n = [](const Mat& m) { return m.rows * m.cols; };
   int64_t total = n(embed);

@@ -209,6 +209,7 @@ struct ModelWeights {
   // in the files anyway is ignored (as HF does). Untied without lm_head.weight: error.
   static ModelWeights load(const std::string& dir, const ModelConfig& cfg, LayerRange range = {});
   const float* own(std::vector<float> v);  // move into `owned`, return stable pointer
+  bool owns(const void* p) const;           // whether p is the start of one of `owned`'s buffers
   int64_t parameter_count(const ModelConfig& c) const;  // counts lm_head once when tied
   // One table for the embeddings and the LM head (the int8 head's: one impl; else one Mat).
   bool tied() const { return lm_head_impl ? lm_head_impl == embed_impl : lm_head.data == embed.data; }

@@ -402,7 +402,7 @@ struct Slot {
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
                                         const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
                                         const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                        json& report, const CrossFolds* folds) {
+                                        json& report, const CrossFolds* folds, const std::function<void(int)>& prepare) {
   const ModelConfig& mc = fp->config();
   const int64_t L = max_len(calib), H = mc.hidden_size;
   Forward ffp(fp, L, L), fq(qmodel, L, L);
@@ -477,6 +477,7 @@ std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::sh
       target[s] = xq[s];
       ffp.run_layer(l, calib[s], target[s].data());
     }
+    if (prepare) prepare(l);  // after the fp targets: fp and qmodel may be one model (build_sim)
     for (Site site : order) {
       Slot& slot = *slots.at(site);
       const bool kv = site == Site::K || site == Site::V;

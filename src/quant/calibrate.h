@@ -56,6 +56,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -123,10 +124,14 @@ CrossFolds calibrate_cross_columns(std::shared_ptr<const Model> fp, const Recipe
 // The static activation / KV block-output searches (build_sim step 4) on the quantized-weight
 // model `qmodel`, targets from `fp`; adds "activations" / "kv" to report.
 // folds: cfg.act_cross_static()'s (qmodel's weights are folded with them).
+// prepare(l), when set, runs once per layer after that layer's fp targets are computed and before
+// qmodel runs it: build_sim passes fp == qmodel and fake-quantizes the layer in place there
+// (fake_quantize_layer_in_place), so one copy of the model is held.
 std::vector<StaticQuant> search_statics(std::shared_ptr<const Model> fp, std::shared_ptr<const Model> qmodel,
                                         const Recipe& cfg, std::span<const std::vector<int32_t>> calib,
                                         const std::shared_ptr<const KvPrefix>& prefix, const CalibProgress& progress,
-                                        nlohmann::json& report, const CrossFolds* folds = nullptr);
+                                        nlohmann::json& report, const CrossFolds* folds = nullptr,
+                                        const std::function<void(int)>& prepare = {});
 
 // Whether cfg quantizes site s statically (attn_in/o_in/mlp_in/down_in: static activations;
 // k/v: static KV), and the QuantSpec of that site (clip_ratio 1; the search sets it).

@@ -153,6 +153,23 @@ void check_cross_folds(const Recipe& cfg, const CrossFolds* folds, int num_layer
               "layers): use build_sim with --calib", folds ? folds->size() : 0, num_layers);
 }
 
+// The matrices of layer l that fake_quantize_weights replaces, with what it applies to each:
+// fn(role index, its WeightSim, its searched ratios or null, its CrossQuant fold or null). A matrix
+// a weight rule keeps at full precision without a fold is skipped (shared with the base).
+template <class Fn>
+void for_each_quantized_matrix(const Recipe& cfg, int l, int num_layers, const ModelClipRatios* clips,
+                               const CrossFolds* folds, Fn&& fn) {
+  for (int i = 0; i < kNumLinearRoles; ++i) {
+    const WeightSim ws = cfg.weights(l, i, num_layers);
+    const CrossFold* fold = folds ? &(*folds)[size_t(l) * 4 + size_t(kLinearRoles[i].input)] : nullptr;
+    if (!ws.on() && !fold) continue;
+    // The searched ratios of this matrix (an empty entry: a rule gave it a fixed ratio).
+    const ClipRatios* r = clips && ws.on() ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
+    if (r && r->r.empty() && !ws.clip_grid) r = nullptr;
+    fn(i, ws, r, fold);
+  }
+}
+
 // m widened to fp32 and fake-quantized under ws (clip: per-(row, group) ratios, or null), owned by w.
 Mat fake_quant_mat(const WeightSim& ws, const Mat& m, ModelWeights& w, const ClipRatios* clip = nullptr,
                    const CrossFold* fold = nullptr) {
@@ -192,15 +209,10 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
   for (int l = 0; l < num_layers; ++l) {
     if (!stage.holds(l, num_layers)) continue;
     LayerWeights& L = w.layers[size_t(l)];
-    for (int i = 0; i < kNumLinearRoles; ++i) {
-      const WeightSim ws = cfg.weights(l, i, num_layers);
-      const CrossFold* fold = folds ? &(*folds)[size_t(l) * 4 + size_t(kLinearRoles[i].input)] : nullptr;
-      if (!ws.on() && !fold) continue;  // a weight rule keeps this matrix as it is (shared with base)
-      // The searched ratios of this matrix (an empty entry: a rule gave it a fixed ratio).
-      const ClipRatios* r = clips && ws.on() ? &(*clips)[size_t(l)].at(size_t(i)) : nullptr;
-      if (r && r->r.empty() && !ws.clip_grid) r = nullptr;
+    for_each_quantized_matrix(cfg, l, num_layers, clips, folds, [&](int i, const WeightSim& ws, const ClipRatios* r,
+                                                                    const CrossFold* fold) {
       L.mat(i) = fake_quant_mat(ws, L.mat(i), w, r, fold);
-    }
+    });
   }
   if (cfg.head.on()) {  // the int8 / int4 table: one for both when tied (recipe.h HeadSim)
     const bool tied = src.tied();  // (a middle pipeline stage holds neither table)
@@ -208,6 +220,42 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
     if (stage.first()) w.embed = tied ? w.lm_head : fake_quant_mat(cfg.head.weights(), src.embed, w);
   }
   return Model::with_weights(std::move(base), std::move(w));
+}
+
+bool can_fake_quantize_in_place(const Model& m, const Recipe& cfg, const CrossFolds* folds) {
+  if (cfg.head.on()) return false;  // the embedding table would change before the search (fake_quantize_weights)
+  const ModelWeights& src = m.weights();
+  const int num_layers = int(src.layers.size());
+  if (!cfg.act_cross_static()) folds = nullptr;
+  bool ok = true;
+  for (int l = 0; l < num_layers && ok; ++l) {
+    if (!m.stage().holds(l, num_layers)) continue;
+    for_each_quantized_matrix(cfg, l, num_layers, nullptr, folds, [&](int i, const WeightSim&, const ClipRatios*,
+                                                                        const CrossFold*) {
+      const Mat& mat = src.layers[size_t(l)].mat(i);
+      ok = ok && mat.dtype == DType::F32 && src.owns(mat.data);
+    });
+  }
+  return ok;
+}
+
+void fake_quantize_layer_in_place(const Model& m, const Recipe& cfg, int l, const ModelClipRatios* clips,
+                                  const CrossFolds* folds) {
+  const ModelWeights& src = m.weights();
+  const int num_layers = int(src.layers.size());
+  SINKQ_CHECK(l >= 0 && l < num_layers && m.stage().holds(l, num_layers), "fake_quantize_layer_in_place: layer {}", l);
+  if (!cfg.act_cross_static()) folds = nullptr;
+  for_each_quantized_matrix(cfg, l, num_layers, clips, folds, [&](int i, const WeightSim& ws, const ClipRatios* r,
+                                                                  const CrossFold* fold) {
+    const Mat& mat = src.layers[size_t(l)].mat(i);
+    SINKQ_CHECK(mat.dtype == DType::F32 && src.owns(mat.data),
+                "fake_quantize_layer_in_place: {} is not an fp32 matrix of the model's own store", mat.name);
+    // The model's own buffer (ModelWeights::owned, allocated mutable): the same operations on the
+    // same values as fake_quant_mat's copy.
+    float* p = const_cast<float*>(static_cast<const float*>(mat.data));
+    if (fold) cross_fold_weight(*fold, p, mat.rows, mat.cols);
+    if (ws.on()) fake_quant_weight(ws, p, mat.rows, mat.cols, r);
+  });
 }
 
 namespace {

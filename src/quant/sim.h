@@ -98,6 +98,15 @@ std::shared_ptr<const Model> fake_quantize_weights(std::shared_ptr<const Model> 
                                                    const ModelClipRatios* clips = nullptr,
                                                    const CrossFolds* folds = nullptr);
 
+// Layer l of `m` fake-quantized in place, to the values fake_quantize_weights gives it (bit for
+// bit): for build_sim's static search on its own rotated copy, so that the fp and the fake-quantized
+// linears of the model are never held at once (each layer is quantized once its fp targets exist).
+// Only for a model whose every matrix this touches is fp32 in m's own store (can_fake_quantize_in_place;
+// else sinkq::Error) and that nothing else reads as full precision afterwards. Heads: not touched.
+void fake_quantize_layer_in_place(const Model& m, const Recipe& cfg, int l, const ModelClipRatios* clips = nullptr,
+                                  const CrossFolds* folds = nullptr);
+bool can_fake_quantize_in_place(const Model& m, const Recipe& cfg, const CrossFolds* folds = nullptr);
+
 // Registers the dynamic activation and KV hooks of `cfg` on fwd.hooks() (validates cfg first).
 // Returns the hook handles (for SiteHooks::remove). Nothing is registered for parts that are off.
 // CrossQuant state (RunningMax) lives in the hooks and restarts when a call begins at position 0.

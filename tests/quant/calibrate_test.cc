@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 
+#include "quant/rotate.h"
 #include "util/model_testutil.h"
 #include "util/testutil.h"
 
@@ -531,6 +532,51 @@ TEST(SimModel, RotationAloneKeepsTheModel) {
   // The configuration says it.
   EXPECT_EQ(sim.to_json().at("rotation").at("on"), true);
   EXPECT_NE(c.describe().find("rotate seed=3"), std::string::npos);
+}
+
+// build_sim's in-place path (fake_quantize_layer_in_place on its own rotated copy, layer by layer)
+// gives the matrices fake_quantize_weights gives, bit for bit — per output channel and in groups,
+// with searched-style per-entry ratios and a weight rule that keeps one matrix at full precision —
+// and is refused where the matrices are not the model's own fp32 (the loaded model).
+TEST(SimModel, InPlaceEqualsCopy) {
+  Recipe c = Recipe::from_preset("w4a8kv4");
+  c.rotate.on = true;
+  WeightRule keep;
+  keep.layers = {0};
+  keep.roles = 1u << int(LinearRole::Down);
+  keep.bits = 16;
+  c.weight_rules = {keep};
+  for (int group : {0, 32}) {
+    SCOPED_TRACE(group);
+    c.w.group = group;
+    const auto fp = stories();
+    const int L = fp->config().num_layers;
+    ModelClipRatios clips(static_cast<size_t>(L));
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < kNumLinearRoles; ++i) {
+        const Mat& m = fp->weights().layers[size_t(l)].mat(i);
+        const int64_t G = group ? (m.cols + group - 1) / group : 1;
+        ClipRatios r{m.rows, G, std::vector<float>(size_t(m.rows * G))};
+        for (size_t k = 0; k < r.r.size(); ++k) r.r[k] = 1.0f - 0.05f * float((k * 7 + size_t(i)) % 9);
+        clips[size_t(l)].push_back(r);
+      }
+    Recipe grid = c;
+    grid.w.clip_grid = true;
+    const auto copy = fake_quantize_weights(rotate_model(fp, c.rotate), grid, &clips);
+    const auto own = rotate_model(fp, c.rotate);
+    EXPECT_FALSE(can_fake_quantize_in_place(*fp, grid));
+    ASSERT_TRUE(can_fake_quantize_in_place(*own, grid));
+    for (int l = 0; l < L; ++l) fake_quantize_layer_in_place(*own, grid, l, &clips);
+    for (int l = 0; l < L; ++l)
+      for (int i = 0; i < kNumLinearRoles; ++i) {
+        const Mat& a = copy->weights().layers[size_t(l)].mat(i);
+        const Mat& b = own->weights().layers[size_t(l)].mat(i);
+        ASSERT_EQ(a.dtype, DType::F32);
+        ASSERT_EQ(b.dtype, DType::F32);
+        ASSERT_EQ(std::memcmp(a.data, b.data, size_t(a.rows * a.cols) * 4), 0) << "layer " << l << " role " << i;
+      }
+    EXPECT_THROW(fake_quantize_layer_in_place(*fp, grid, 0, &clips), Error);
+  }
 }
 
 TEST(Recipe, CalibratedConfigJsonAndDescribe) {

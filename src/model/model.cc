@@ -377,26 +377,10 @@ void Forward::embed(std::span<const int32_t> tokens, float* x) {
   embed_ids(*model_, tokens, x);
 }
 
-void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) {
-  const ModelConfig& c = model_->config();
-  const int64_t T = int64_t(tokens.size());
-  SINKQ_CHECK(l >= 0 && l < c.num_layers, "layer {} out of range (the model has {})", l, c.num_layers);
-  SINKQ_CHECK(model_->stage().holds(l, c.num_layers), "layer {} is another pipeline stage's", l);
-  SINKQ_CHECK(T > 0 && T <= max_batch_, "run_layer takes 1..{} tokens (max_batch), got {}", max_batch_, T);
-  SINKQ_CHECK(n_past() + T <= max_ctx(), "{} tokens after {} already in the cache exceed the context of {} tokens",
-              T, n_past(), max_ctx());
-  for (int64_t t = 0; t < T; ++t) {
-    pos_[size_t(t)] = int32_t(n_past() + t);
-    ids_[size_t(t)] = tokens[size_t(t)];
-  }
-  const size_t n = size_t(T * c.hidden_size);
-  std::copy(x, x + n, x_.data());
-  layer(l, T);
-  std::copy(x_.data(), x_.data() + n, x);
-}
+void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x) { run_layer(l, tokens, x, nullptr); }
 
 void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x, LayerResume* at) {
-  SINKQ_CHECK(at != nullptr && LayerResume::resumable(at->site),
+  SINKQ_CHECK(at == nullptr || LayerResume::resumable(at->site),
               "run_layer: a layer state is saved only at o_in, mlp_in or down_in");
   const ModelConfig& c = model_->config();
   const int64_t T = int64_t(tokens.size());

@@ -194,6 +194,7 @@ class Forward {
   // residual stream and that site's input), so resume_layer can rerun the rest of the layer under
   // other quantizers from there without recomputing what comes before (a grid search's candidates
   // at o_in / mlp_in / down_in). Only those three sites (LayerResume::resumable); else an error.
+  // at == nullptr: the plain run_layer.
   void run_layer(int l, std::span<const int32_t> tokens, float* x, LayerResume* at);
   // x [T, hidden] ← layer l run from r.site (its hook included) on the state r saved, with the
   // same tokens and positions: bit for bit what run_layer gives when everything before r.site

@@ -156,7 +156,9 @@ std::vector<std::string> split_list(const std::string& s) {
 void register_ladder(CLI::App& app) {
   struct Opts : CommonFlags {
     std::string file, calib, bits = "w4a4kv4", prefix = "auto", tables = "table6,table2,intactkv", prompt;
-    int64_t ctx = 0, max_windows = 0, calib_samples = 8, calib_len = 0;
+    int64_t ctx = 0, max_windows = 0, calib_samples = 8, calib_len = 0, calib_search_samples = 0;
+    int calib_refine = 0;
+    std::string calib_grid;
     uint64_t calib_seed = 0, rotate_seed = 0;
     double eta = 64.0;
   };
@@ -184,6 +186,10 @@ void register_ladder(CLI::App& app) {
   cmd->add_option("--calib-samples", o->calib_samples, "Calibration samples N")->capture_default_str();
   cmd->add_option("--calib-len", o->calib_len, "Tokens per calibration sample incl. BOS (default min(512, max positions))");
   cmd->add_option("--calib-seed", o->calib_seed, "Calibration sampling seed")->capture_default_str();
+  cmd->add_option("--calib-grid", o->calib_grid, "Clip ratios of every grid search, comma-separated in (0, 1] (default 1.0 ... 0.5)");
+  cmd->add_option("--calib-search-samples", o->calib_search_samples,
+                  "Static searches: score the candidates on the first N samples (default 0 = all)");
+  cmd->add_option("--calib-refine", o->calib_refine, "Every grid search: N more ratios within +-0.05 of the best (default 0)");
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
     apply_threads(*o);
@@ -194,6 +200,11 @@ void register_ladder(CLI::App& app) {
       SINKQ_CHECK(t == "table6" || t == "table2" || t == "intactkv", "unknown --tables entry '{}': expected table6, table2 or intactkv", t);
     SINKQ_CHECK(o->max_windows >= 0, "--max-windows must be >= 0 (got {})", o->max_windows);
     SINKQ_CHECK(o->calib_samples >= 1, "--calib-samples must be >= 1, got {}", o->calib_samples);
+    SINKQ_CHECK(o->calib_search_samples >= 0, "--calib-search-samples must be >= 0 (0 = all), got {}",
+                o->calib_search_samples);
+    SINKQ_CHECK(o->calib_refine >= 0 && o->calib_refine <= 64, "--calib-refine must be in 0..64, got {}", o->calib_refine);
+    const std::vector<float> grid =
+        o->calib_grid.empty() ? quant::default_clip_grid() : parse_number_list("--calib-grid", o->calib_grid, 0.0, 1.0, true);
     SINKQ_CHECK(o->eta > 0, "--prefix-eta must be > 0 (got {})", o->eta);
     const PrefixSpec pspec = parse_prefix_spec(o->prefix);
     std::optional<PrefixSpec> prompt_spec;
@@ -277,6 +288,9 @@ void register_ladder(CLI::App& app) {
       cfg.calib.samples = o->calib_samples;
       cfg.calib.len = len;
       cfg.calib.seed = o->calib_seed;
+      cfg.calib.grid = grid;
+      cfg.calib.search_samples = o->calib_search_samples;
+      cfg.calib.refine_steps = o->calib_refine;
       cfg.prefix.bos_id = tok->bos_id();
       if (row.prefix == Row::Prefix::Found || row.behind_prompt()) {
         cfg.prefix.spec = row.behind_prompt() ? o->prompt : o->prefix;

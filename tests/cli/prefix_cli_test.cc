@@ -225,5 +225,34 @@ TEST(CliPrefix, LadderRowsShareTargetsAndReference) {
                {"--tables", "table9"});
 }
 
+// The calibration cost flags reach every calibrated row's recipe (and bad values name the flag
+// before anything runs).
+TEST(CliPrefix, LadderPassesTheSearchCostFlags) {
+  const RunResult r = run({"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text(), "--bits", "w4a8kv4",
+                           "--ctx", "64", "--max-windows", "1", "--calib-samples", "2", "--calib-len", "32", "--tables",
+                           "table6", "--calib-grid", "1,0.8", "--calib-search-samples", "1", "--calib-refine", "2", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json rows = json::parse(r.out).at("rows");
+  int calibrated = 0;
+  for (const auto& row : rows) {
+    const json& c = row.at("config").at("calibration");
+    if (c.is_null()) continue;
+    ++calibrated;
+    EXPECT_EQ(c.at("grid").size(), 2u) << row.at("name");
+    EXPECT_EQ(c.at("search_samples"), 1) << row.at("name");
+    EXPECT_EQ(c.at("refine").at("steps"), 2) << row.at("name");
+  }
+  EXPECT_GE(calibrated, 2);  // + grid search, + static, + prefixed outliers
+  const std::vector<std::string> base = {"ladder", "-m", stories(), "-f", sample_text(), "--calib", sample_text()};
+  auto with = [&](std::initializer_list<std::string> more) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), more);
+    return run(a);
+  };
+  expect_error(with({"--calib-grid", "1,2"}), {"--calib-grid", "outside (0, 1]"});
+  expect_error(with({"--calib-search-samples", "-1"}), {"--calib-search-samples"});
+  expect_error(with({"--calib-refine", "65"}), {"--calib-refine"});
+}
+
 }  // namespace
 }  // namespace sinkq

@@ -94,7 +94,8 @@ for r in $(seq 1 "$REPS"); do
         >"$OUT/llama-$t-t$th-r$r.json" 2>"$OUT/llama-$t-t$th-r$r.err"
     done
     log "round $r/$REPS, $th thread(s): sinkq bench"
-    "$SINKQ" bench -m "$GGUF" --quant fp32,w8a8,w8a8-head8,w8a8kv8-head8,w4a8,w4a8-head8,w4a8kv8-head8,w4a8-g32-head8 --prefill 512 --decode 64 --reps 1 \
+    # fp32 weights (not the file's Q4_1 blocks, sinkq's default) beside llama.cpp's F32.
+    SINKQ_GGUF_WEIGHTS=f32 "$SINKQ" bench -m "$GGUF" --quant fp32,w8a8,w8a8-head8,w8a8kv8-head8,w4a8,w4a8-head8,w4a8kv8-head8,w4a8-g32-head8 --prefill 512 --decode 64 --reps 1 \
       --threads "$th" --no-profile --no-hook-probe --json >"$OUT/sinkq-t$th-r$r.json" 2>"$OUT/sinkq-t$th-r$r.err"
   done
 done

@@ -259,7 +259,6 @@ void register_bench(CLI::App& app) {
       ->capture_default_str();
   add_output_flags(*cmd, *o);
   cmd->callback([o] {
-    prefer_fp32_gguf_weights();
     apply_threads(*o);
     if (o->kv_only) return run_kv_only_bench(*o);
     SINKQ_CHECK(!o->model.empty() || !o->random.empty(), "bench needs -m DIR or --random SHAPE");

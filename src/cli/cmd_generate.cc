@@ -48,7 +48,6 @@ void register_generate(CLI::App& app) {
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {
-    prefer_fp32_gguf_weights();
     apply_threads(*o);
     if (qf->dump_if_asked()) return;
     validate(o->s);

@@ -65,7 +65,6 @@ void register_serve(CLI::App& app) {
   const std::shared_ptr<QuantFlags> qf = add_quant_flags(*cmd);
   add_output_flags(*cmd, *o);
   cmd->callback([o, qf] {
-    prefer_fp32_gguf_weights();
     apply_threads(*o);
     if (qf->dump_if_asked()) return;
     if (o->s.api_key.empty())

@@ -40,9 +40,6 @@ CLI::Validator decimal_u64();
 // One item of a list flag, by the same rule: the value, or a sinkq::Error naming `flag`.
 int64_t parse_decimal(const std::string& s, int64_t lo, int64_t hi, const std::string& flag);
 void apply_threads(const CommonFlags& f);
-// Decode-bound commands (generate, serve, bench): a GGUF model's weights dequantized at load while
-// they fit (SINKQ_GGUF_WEIGHTS=fit, io/weights.h), unless the variable is set.
-void prefer_fp32_gguf_weights();
 
 // --calib FILE (required), --calib-samples N, --calib-len L, --calib-seed S: the calibration
 // sampling of the commands that take calibration text alone (prefix find, calib fisher).

@@ -256,19 +256,10 @@ void decode(const BlockQ2_K& b, float* y) {
   }
 }
 
-// The sixteen 6-bit Q3_K scales, still biased by +32 (see the layout above).
-void q3k_scales(const uint8_t (&S)[12], int (&sc)[16]) {
-  for (int s = 0; s < 16; ++s) {
-    const int low = s < 8 ? (S[s] & 15) : (S[s - 8] >> 4);
-    const int high = (S[8 + s % 4] >> (2 * (s / 4))) & 3;
-    sc[s] = low | (high << 4);
-  }
-}
-
 void decode(const BlockQ3_K& b, float* y) {
   const float d = f16_to_f32(b.d);
   int sc[16];
-  q3k_scales(b.scales, sc);
+  gguf_q3k_scales(b.scales, sc);
   for (int e = 0; e < QK_K; ++e) {
     const int h = e / 128, k = (e % 128) / 32, l = e % 32;
     const float dl = d * float(sc[e / 16] - 32);
@@ -278,22 +269,11 @@ void decode(const BlockQ3_K& b, float* y) {
   }
 }
 
-// Scale and min of sub-block s (0..7) of a Q4_K / Q5_K block (the "k4" 6-bit packing above).
-void k4_scale_min(const uint8_t (&S)[12], int s, int& sc, int& mn) {
-  if (s < 4) {
-    sc = S[s] & 63;
-    mn = S[s + 4] & 63;
-  } else {
-    sc = (S[s + 4] & 15) | ((S[s - 4] >> 6) << 4);
-    mn = (S[s + 4] >> 4) | ((S[s] >> 6) << 4);
-  }
-}
-
 void decode(const BlockQ4_K& b, float* y) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   for (int s = 0; s < 8; ++s) {
     int sc, mn;
-    k4_scale_min(b.scales, s, sc, mn);
+    gguf_k4_scale_min(b.scales, s, sc, mn);
     const float dl = d * float(sc), ml = dmin * float(mn);
     const uint8_t* q = b.qs + 32 * (s / 2);
     const int shift = 4 * (s % 2);
@@ -305,7 +285,7 @@ void decode(const BlockQ5_K& b, float* y) {
   const float d = f16_to_f32(b.d), dmin = f16_to_f32(b.dmin);
   for (int s = 0; s < 8; ++s) {
     int sc, mn;
-    k4_scale_min(b.scales, s, sc, mn);
+    gguf_k4_scale_min(b.scales, s, sc, mn);
     const float dl = d * float(sc), ml = dmin * float(mn);
     const uint8_t* q = b.qs + 32 * (s / 2);
     const int shift = 4 * (s % 2);

@@ -26,4 +26,27 @@ void gguf_dequantize(uint32_t type, const void* src, float* dst, int64_t n, cons
 // True for the type ids gguf_dequantize accepts.
 bool gguf_can_dequantize(uint32_t type);
 
+// The sixteen 6-bit Q3_K scales from its 12 packed scale bytes S, still biased by +32
+// (gguf_quants.cc's BlockQ3_K layout).
+inline void gguf_q3k_scales(const uint8_t* S, int (&sc)[16]) {
+  for (int s = 0; s < 16; ++s) {
+    const int low = s < 8 ? (S[s] & 15) : (S[s - 8] >> 4);
+    const int high = (S[8 + s % 4] >> (2 * (s / 4))) & 3;
+    sc[s] = low | (high << 4);
+  }
+}
+
+// Scale and min of sub-block s (0..7) of a Q4_K / Q5_K block from its 12 packed scale bytes S
+// (the "k4" 6-bit packing, gguf_quants.cc's BlockQ4_K): shared by the reference and the SIMD
+// dequantizers (kernels/dequant_simd.inc).
+inline void gguf_k4_scale_min(const uint8_t* S, int s, int& sc, int& mn) {
+  if (s < 4) {
+    sc = S[s] & 63;
+    mn = S[s + 4] & 63;
+  } else {
+    sc = (S[s + 4] & 15) | ((S[s - 4] >> 6) << 4);
+    mn = (S[s + 4] >> 4) | ((S[s] >> 6) << 4);
+  }
+}
+
 }  // namespace sinkq

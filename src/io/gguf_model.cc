@@ -8,12 +8,13 @@
 // - "Full precision" for a GGUF model is its dequantized weights in fp32 (what llama.cpp computes
 //   with, and what transformers' GGUF loader gives): the model sinkq quantizes further and the
 //   reference its KLD is measured against. A Q4_1 file is therefore not the original bf16 model.
-// - How the matrices are held (io/weights.h GgufWeights, SINKQ_GGUF_WEIGHTS): dequantized to fp32
-//   at load while that is small (≤ 2 GiB: fastest), else as the file stores them (mmap'd blocks,
-//   DType's ggml block types) and dequantized by the kernels where used — rows into a bounded
-//   scratch, by the same scalar reference, so every computation sees the same fp32 values and the
-//   results are the same bits (tests/model/gguf_stored_test.cc, tests/kernels/block_weights_test.cc). A 1.5B Q4_K_M model is then 1.1 GB
-//   resident instead of 7.1 GB. Quantization and rotation widen the matrices they rewrite.
+// - How the matrices are held (io/weights.h GgufWeights, SINKQ_GGUF_WEIGHTS): by default as the
+//   file stores them (mmap'd blocks, DType's ggml block types) and decoded by the kernels where
+//   used — in registers for a decode GEMV, rows into a bounded scratch for a prefill — into the
+//   reference dequantizer's fp32 values, so the results are the same bits as over the model
+//   dequantized at load (f32 / fit) (tests/model/gguf_stored_test.cc,
+//   tests/kernels/block_weights_test.cc). A 1.5B Q4_K_M model is then 1.1 GB resident instead of
+//   7.1 GB. Quantization and rotation widen the matrices they rewrite.
 // - Memory is checked before anything is allocated: the fp32 copy of every tensor must fit in the
 //   memory the machine has (MemAvailable) when it is made, else a clear error.
 // - llama.cpp's converter permutes the rows of q and k per head so that RoPE pairs are adjacent
@@ -278,8 +279,8 @@ GgufWeights gguf_weights(uint64_t f32_bytes) {
   if (s == "f32") return GgufWeights::F32;
   if (s == "stored") return GgufWeights::Stored;
   SINKQ_CHECK(s.empty() || s == "auto" || s == "fit", "SINKQ_GGUF_WEIGHTS='{}' is not one of f32, stored, auto, fit", s);
-  uint64_t limit = kGgufF32AutoBytes;
-  if (s == "fit") limit = std::max(limit, mem_available_bytes() / 3);
+  if (s != "fit") return GgufWeights::Stored;
+  const uint64_t limit = std::max(kGgufF32FitBytes, mem_available_bytes() / 3);
   return f32_bytes <= limit ? GgufWeights::F32 : GgufWeights::Stored;
 }
 

@@ -234,15 +234,15 @@ struct ModelFiles {
 // at a seventh of the memory for a 4-bit file. F32 / F16 / BF16 tensors and the norm weights and
 // biases are fp32 in both (an F16 matrix held as F16 would run sgemm on other row blocks).
 enum class GgufWeights : uint8_t { F32, Stored };
-// SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value) | fit: auto dequantizes
-// at load while the model's fp32 matrices come to at most kGgufF32AutoBytes (fastest while small;
-// SmolLM2-135M: 0.5 GB) and keeps them as stored above (Qwen2.5-1.5B: 7.1 GB as fp32, 1.1 GB
-// stored): what prefill-bound work wants (ppl, calibration: the sgemm dominates the dequantization).
-// fit dequantizes at load while that takes at most a third of the available memory: what decode
-// wants (a stored model's GEMV runs at the scalar dequantizer's speed: 0.38 vs 3.8 tokens/s on the
-// 1.5B), so generate, serve and bench set it when the variable is unset. Another value is an error
-// naming the variable.
-inline constexpr uint64_t kGgufF32AutoBytes = uint64_t(2) << 30;
+// SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value) | fit: auto is stored —
+// with the SIMD block kernels (kernels/dequant_simd.inc) a stored model decodes faster than its
+// fp32 copy (it reads a seventh of the bytes: Zen 3, 2 threads, 5.8 vs 3.4-4.0 tokens/s on
+// Qwen2.5-1.5B Q4_K_M, 55 vs 30 on SmolLM2 Q4_1) and prefills at the same speed (the sgemm
+// dominates the dequantization), at a seventh of the memory. fit dequantizes at load while that
+// takes at most max(kGgufF32FitBytes, a third of the available memory); f32 always (what a CPU
+// without AVX2, on the scalar reference, decodes faster). Another value is an error naming the
+// variable.
+inline constexpr uint64_t kGgufF32FitBytes = uint64_t(2) << 30;
 GgufWeights gguf_weights(uint64_t f32_bytes);
 
 class GgufFile;

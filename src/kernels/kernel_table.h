@@ -25,6 +25,14 @@ struct KernelTable {
                int64_t T, const float* bias, float* y, int64_t ldy);
   // dst[0, n) = widen(src[0, n)) (exact for every dtype).
   void (*widen)(DType dt, const void* src, float* dst, int64_t n);
+  // dst[0, n) = a ggml block type's values, n a multiple of its block: gguf_dequantize's bits on
+  // every ISA (the scalar table is that reference; dequant_simd.inc says why SIMD keeps them).
+  void (*dequant)(DType dt, const void* src, float* dst, int64_t n);
+  // The T = 1 gemv over a ggml block-type W (rows [r0, r1), no ldy): each block decoded in
+  // registers and multiplied in gemv's order — the bits of gemv over the dequantized rows. False
+  // (nothing written) for a type without such a kernel (every type in the scalar table).
+  bool (*dot_blocks)(DType dt, const void* W, int64_t in, int64_t r0, int64_t r1, const float* x,
+                     const float* bias, float* y);
   // s[j] = scale * dot(q[0, d), K[j*ldk + 0 .. d)) for j in [0, n).
   void (*scores)(const float* q, const float* K, int64_t ldk, int64_t n, int d, float scale,
                  float* s);

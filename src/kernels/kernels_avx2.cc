@@ -10,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/gguf_quants.h"
 #include "kernels/kernel_table.h"
 #include "kernels/isa_region.h"
 
@@ -44,6 +45,13 @@ struct VT {
   static V bf16_n(const uint16_t* p, int n) { return bf16_bits(load8_n(p, n)); }
   static V f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static V f16_n(const uint16_t* p, int n) { return _mm256_cvtph_ps(load8_n(p, n)); }
+  // 8 unsigned / signed bytes widened to floats (exact).
+  static V u8(const uint8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V i8(const int8_t* p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
   static V fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V sub(V a, V b) { return _mm256_sub_ps(a, b); }
@@ -102,6 +110,7 @@ struct VT {
 }  // namespace sinkq::detail::avx2
 
 #define SINKQ_KNS avx2
+#define SINKQ_DEQUANT_SIMD
 #define SINKQ_KTABLE kernels_avx2
 #include "kernels/simd_kernels.inc"
 

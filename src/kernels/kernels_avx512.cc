@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/gguf_quants.h"
 #include "kernels/kernel_table.h"
 #include "kernels/isa_region.h"
 
@@ -40,6 +42,13 @@ struct VT {
   static V bf16_n(const uint16_t* p, int n) { return bf16_bits(_mm256_maskz_loadu_epi16(mask(n), p)); }
   static V f16(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static V f16_n(const uint16_t* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), p)); }
+  // 16 unsigned / signed bytes widened to floats (exact).
+  static V u8(const uint8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static V i8(const int8_t* p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
   static V fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm512_add_ps(a, b); }
   static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
@@ -82,6 +91,7 @@ struct VT {
 }  // namespace sinkq::detail::avx512
 
 #define SINKQ_KNS avx512
+#define SINKQ_DEQUANT_SIMD
 #define SINKQ_KTABLE kernels_avx512
 #include "kernels/simd_kernels.inc"
 

@@ -106,26 +106,31 @@ std::string sgemm_backend(Isa isa_path) {
 
 namespace {
 
-// n elements of W's type at src widened to fp32: the ISA's kernel for F16 / BF16, the scalar
-// reference dequantization (core/gguf_quants.h) for ggml block types.
+// n elements of W's type at src widened to fp32: the ISA's kernel for F16 / BF16, its
+// dequantizer for ggml block types (the reference's bits on every ISA).
 void widen(const KernelTable& k, DType t, const void* src, float* dst, int64_t n) {
-  if (dtype_is_block(t)) return to_f32(t, src, dst, size_t(n));
+  if (dtype_is_block(t)) return k.dequant(t, src, dst, n);
   k.widen(t, src, dst, n);
 }
 
-// GEMV rows [r0, r1) of a ggml block-type W: a tile of rows at a time dequantized into
+// GEMV rows [r0, r1) of a ggml block-type W. T = 1 (decode): the ISA's fused kernel, each block
+// decoded in registers and multiplied in the F32 kernel's order (KernelTable::dot_blocks). Else, and
+// for types without one: a tile of rows at a time dequantized into
 // thread-local fp32 and run on the F32 kernel, whose per-row summation order does not depend on
-// the rows it is given — the same bits as over a model widened at load.
+// the rows it is given — the same bits as over a model widened at load. The tile is sized to stay
+// in L2 (~96 KiB of fp32, at least 6 rows: a multiple of every ISA's row tile, 6 / 3), so the
+// F32 kernel reads it back from cache, not DRAM.
 void gemv_blocks(const KernelTable& k, const Mat& W, int64_t r0, int64_t r1, const float* x, int64_t T,
                  const float* bias, float* y) {
-  constexpr int64_t kTile = 24;  // a multiple of every ISA's row tile (6 / 3)
   const int64_t in = W.cols;
+  const int64_t kTile = std::max<int64_t>(6, (int64_t(96) << 10) / (4 * in) / 6 * 6);
   const size_t row_bytes = dtype_row_bytes(W.dtype, in);
   static thread_local std::vector<float> tile;
   if (tile.size() < size_t(kTile * in)) tile.resize(size_t(kTile * in));
+  if (T == 1 && k.dot_blocks(W.dtype, W.data, in, r0, r1, x, bias, y)) return;
   for (int64_t a = r0; a < r1; a += kTile) {
     const int64_t n = std::min(kTile, r1 - a);
-    to_f32(W.dtype, static_cast<const char*>(W.data) + size_t(a) * row_bytes, tile.data(), size_t(n * in));
+    k.dequant(W.dtype, static_cast<const char*>(W.data) + size_t(a) * row_bytes, tile.data(), n * in);
     k.gemv(DType::F32, tile.data(), in, 0, n, x, T, bias ? bias + a : nullptr, y + a, W.rows);
   }
 }
@@ -195,9 +200,9 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
   const KernelTable& k = detail::kernels();
   if (T > k.gemv_max_t) return matmul_sgemm(k, x, T, W, bias, y);
   // ~20 GB/s of weights from DRAM and ~25 GFLOP/s of small-T FMAs per core; a block type's
-  // scalar dequantization ~1 ns a weight.
+  // decoding ~0.3 ns a weight (dequant_simd.inc: Q4_K on one Zen 3 core).
   const bool blocks = dtype_is_block(W.dtype);
-  const double ns_per_weight = (blocks ? 1.0 : double(dtype_size(W.dtype)) / 20.0) + double(T) / 12.0;
+  const double ns_per_weight = (blocks ? 0.3 : double(dtype_size(W.dtype)) / 20.0) + double(T) / 12.0;
   const int nt = threads_for(double(out) * double(in) * ns_per_weight);
   auto rows = [&](int64_t r0, int64_t r1) {
     if (blocks) return gemv_blocks(k, W, r0, r1, x, T, bias, y);

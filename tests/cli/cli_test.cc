@@ -198,7 +198,7 @@ TEST(Cli, InspectJson) {
 
 // A GGUF file is inspected from its header alone (no model load): the parameter count is the sum
 // of its tensors' sizes (SmolLM2: tied, 30 layers of 576 / 1536 and a 49152 x 576 table), and it
-// says how a command would hold the weights (auto: fp32 up to 2 GiB; stored when asked).
+// says how a command would hold the weights (auto: the file's blocks; fp32 when asked).
 TEST(Cli, InspectGgufReadsTheHeader) {
   const std::string smol = testing::shared_dir() + "/models/smollm2-135m-instruct-q4_1/model.gguf";
   const RunResult r = run({"inspect", "-m", smol, "--json"});
@@ -208,11 +208,11 @@ TEST(Cli, InspectGgufReadsTheHeader) {
   const int64_t per_layer = H * H * 2 + H * KV * 2 + 3 * H * I + 2 * H;  // q, o, k, v, MLP, 2 norms
   EXPECT_EQ(j.at("parameters"), V * H + L * per_layer + H);
   EXPECT_EQ(j.at("format"), "gguf");
-  EXPECT_EQ(j.at("weights_held"), "f32");
+  EXPECT_EQ(j.at("weights_held"), "stored");
   EXPECT_TRUE(j.contains("license") && j.contains("name"));
-  const RunResult s = run({"inspect", "-m", smol, "--json"}, "SINKQ_GGUF_WEIGHTS=stored ");
+  const RunResult s = run({"inspect", "-m", smol, "--json"}, "SINKQ_GGUF_WEIGHTS=f32 ");
   ASSERT_EQ(s.rc, 0) << s.err;
-  EXPECT_EQ(json::parse(s.out).at("weights_held"), "stored");
+  EXPECT_EQ(json::parse(s.out).at("weights_held"), "f32");
   expect_error(run({"inspect", "-m", smol}, "SINKQ_GGUF_WEIGHTS=fp8 "), {"SINKQ_GGUF_WEIGHTS='fp8'"});
 }
 

@@ -203,9 +203,10 @@ TEST(Stage, LoadsOnlyItsLayers) {
   const Mat& a = w.layers[12].mat(LinearRole::Gate);
   const Mat& b = whole->weights().layers[12].mat(LinearRole::Gate);
   ASSERT_EQ(a.dtype, b.dtype);
-  EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.rows * a.cols) * dtype_size(a.dtype)), 0);
-  EXPECT_EQ(mid->decode_weight_bytes() * 3, whole->decode_weight_bytes() - whole->weights().lm_head.rows *
-                                                                              whole->weights().lm_head.cols * 4 * 1)
+  EXPECT_EQ(std::memcmp(a.data, b.data, size_t(a.rows) * dtype_row_bytes(a.dtype, a.cols)), 0);
+  const Mat& head = whole->weights().lm_head;
+  EXPECT_EQ(mid->decode_weight_bytes() * 3,
+            whole->decode_weight_bytes() - uint64_t(head.rows) * dtype_row_bytes(head.dtype, head.cols))
       << "a third of the layers, no head";
   // The last stage of a tied model holds the table (its LM head), the first the embeddings.
   const std::shared_ptr<const Model> last = Model::load(smollm2(), LayerRange{25, 30});

@@ -90,6 +90,46 @@ TEST(BlockWeights, MatmulAndEmbedRowsEqualTheWidenedMatrixBitForBit) {
   }
 }
 
+// Every ISA's dequantizer (reached through embed_rows, which widens a row with it) against the
+// scalar reference on blocks of uniformly random bytes: every code and packed-scale bit pattern,
+// and f16 scales of every finite value (subnormals included; exponent 31 is redrawn, as a NaN's
+// payload is not part of the contract). Bit-identity: dequant_simd.inc says why it must hold.
+TEST(BlockWeights, DequantizersEqualTheReferenceOnRandomBlocks) {
+  ktest::StateGuard guard;
+  std::mt19937_64 rng(11);
+  const int64_t rows = 64, cols = 1024;
+  for (DType t : kBlockTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_row_bytes(t, cols));
+    for (uint8_t& b : bytes) b = uint8_t(rng());
+    // The f16 scale fields: offsets within a block (core/gguf_quants.cc layouts).
+    std::vector<size_t> halves = {0};
+    if (t == DType::Q4_1 || t == DType::Q5_1 || t == DType::Q2_K || t == DType::Q4_K || t == DType::Q5_K)
+      halves.push_back(2);
+    if (t == DType::Q2_K) halves = {80, 82};
+    if (t == DType::Q3_K) halves = {108};
+    if (t == DType::Q6_K) halves = {208};
+    const size_t bb = dtype_block_bytes(t);
+    for (size_t b = 0; b < bytes.size() / bb; ++b)
+      for (size_t off : halves) {
+        uint16_t h;
+        do h = uint16_t(rng()); while ((h & 0x7c00) == 0x7c00);
+        std::memcpy(bytes.data() + b * bb + off, &h, 2);
+      }
+    std::vector<float> ref(size_t(rows * cols));
+    to_f32(t, bytes.data(), ref.data(), ref.size());
+    const Mat m{t, rows, cols, bytes.data(), "random"};
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (int32_t i = 0; i < rows; ++i) ids[size_t(i)] = i;
+    for (Isa isa : ktest::all_isas()) {
+      set_isa(isa);
+      std::vector<float> got(ref.size(), NAN);
+      embed_rows(m, ids, got.data());
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * sizeof(float)), 0) << isa_name(isa);
+    }
+  }
+}
+
 TEST(BlockWeights, NamesAndGgmlIds) {
   EXPECT_EQ(dtype_name(DType::Q4_K), "Q4_K");
   EXPECT_EQ(dtype_of_ggml(12), DType::Q4_K);

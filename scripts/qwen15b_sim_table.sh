@@ -7,7 +7,8 @@
 # same targets. Prints a markdown table (docs/results-qwen2.5-1.5b.md); ± is the standard error of
 # the per-window mean NLL difference to fp, paired over the 16 windows.
 # Usage: bash scripts/qwen15b_sim_table.sh [OUT_DIR]   (after bash scripts/build.sh; ~6 min a row
-# on 2 cores, ~2 h in all). Rows already in OUT_DIR are kept, so an interrupted run resumes.
+# on 2 cores, ~2 h in all). Rows already in OUT_DIR are kept, so an interrupted run resumes;
+# ONLY="row row ..." runs just those rows (in that order) and prints every row OUT_DIR has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=./build/src/cli/sinkq
@@ -16,20 +17,24 @@ T=../shared/data/wikitext-2/wikitext2_test_joined.txt
 C=../shared/data/c4/c4_train_00000_first1000.jsonl
 OUT=${1:-$(mktemp -d)}
 mkdir -p "$OUT"
-# fp32 weights in memory (7.1 GB; 15 GB with a fake-quantized copy): the same bits as the stored
-# blocks (GgufStored tests), and prefill without dequantizing every block per window. Rotated rows
-# hold a rotated fp32 copy besides: their source stays in its blocks (1.1 GB), so they fit 24 GB.
+# The model stays in its blocks (1.1 GB; sinkq's default): rows that quantize weights or rotate
+# add one fp32 copy (7.1 GB).
 CAL=(--calib "$C" --calib-samples 8 --calib-len 512)
 KVQ=(--kv-codebook uniform --kv-keys pre_rope_channel "${CAL[@]}")
 ROWS=()
+declare -A FLAGS=()
 run() {  # $1 row name, rest: flags
   local name=$1; shift
   [[ $name == fp ]] || ROWS+=("$name")
+  FLAGS[$name]="$*"
+  [[ -n ${ONLY:-} ]] && return
+  run_row "$name" "$@"
+}
+run_row() {
+  local name=$1; shift
   [[ -s $OUT/$name.json ]] && return
   echo "qwen15b_sim_table: $name  [$(date +%T)]" >&2
-  local held=f32
-  [[ " $* " == *" --rotate "* ]] && held=stored
-  SINKQ_GGUF_WEIGHTS=$held "$S" ppl -m "$Q" -f "$T" --ctx 512 --max-windows 16 --json "$@" 2>/dev/null \
+  "$S" ppl -m "$Q" -f "$T" --ctx 512 --max-windows 16 --json "$@" 2>/dev/null \
     >"$OUT/$name.json.tmp"
   mv "$OUT/$name.json.tmp" "$OUT/$name.json"
 }
@@ -50,4 +55,14 @@ run w4a8 --w-bits 4 --a-bits 8 --kld
 run w4a4 --w-bits 4 --a-bits 4 --kld
 run w4a4-rot --w-bits 4 --a-bits 4 --rotate --kld
 run w4a4-cross --w-bits 4 --a-bits 4 --a-quant cross --a-alpha 0.15 --kld
-python3 scripts/ppl_table.py "$OUT" "${ROWS[@]}"
+if [[ -n ${ONLY:-} ]]; then
+  run_row fp
+  for name in $ONLY; do
+    [[ -v FLAGS[$name] ]] || { echo "qwen15b_sim_table: ONLY: no row '$name'" >&2; exit 1; }
+    # shellcheck disable=SC2086  # the flags are words without spaces
+    run_row "$name" ${FLAGS[$name]}
+  done
+fi
+HAVE=()
+for name in "${ROWS[@]}"; do [[ -s $OUT/$name.json ]] && HAVE+=("$name"); done
+python3 scripts/ppl_table.py "$OUT" "${HAVE[@]}"

@@ -125,9 +125,9 @@ void gemv_blocks(const KernelTable& k, const Mat& W, int64_t r0, int64_t r1, con
   const int64_t in = W.cols;
   const int64_t kTile = std::max<int64_t>(6, (int64_t(96) << 10) / (4 * in) / 6 * 6);
   const size_t row_bytes = dtype_row_bytes(W.dtype, in);
+  if (T == 1 && k.dot_blocks(W.dtype, W.data, in, r0, r1, x, bias, y)) return;
   static thread_local std::vector<float> tile;
   if (tile.size() < size_t(kTile * in)) tile.resize(size_t(kTile * in));
-  if (T == 1 && k.dot_blocks(W.dtype, W.data, in, r0, r1, x, bias, y)) return;
   for (int64_t a = r0; a < r1; a += kTile) {
     const int64_t n = std::min(kTile, r1 - a);
     k.dequant(W.dtype, static_cast<const char*>(W.data) + size_t(a) * row_bytes, tile.data(), n * in);

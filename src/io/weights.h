@@ -236,8 +236,8 @@ struct ModelFiles {
 enum class GgufWeights : uint8_t { F32, Stored };
 // SINKQ_GGUF_WEIGHTS = f32 | stored | auto (the default, and an empty value) | fit: auto is stored —
 // with the SIMD block kernels (kernels/dequant_simd.inc) a stored model decodes faster than its
-// fp32 copy (it reads a seventh of the bytes: Zen 3, 2 threads, 5.8 vs 3.4-4.0 tokens/s on
-// Qwen2.5-1.5B Q4_K_M, 55 vs 30 on SmolLM2 Q4_1) and prefills at the same speed (the sgemm
+// fp32 copy (it reads a seventh of the bytes: Zen 3, 2 threads, 8.5 vs 4.4 tokens/s on
+// Qwen2.5-1.5B Q4_K_M, 102 vs 47 on SmolLM2 Q4_1) and prefills at the same speed (the sgemm
 // dominates the dequantization), at a seventh of the memory. fit dequantizes at load while that
 // takes at most max(kGgufF32FitBytes, a third of the available memory); f32 always (what a CPU
 // without AVX2, on the scalar reference, decodes faster). Another value is an error naming the

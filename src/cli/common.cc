@@ -117,7 +117,6 @@ int64_t peak_rss_bytes() {
   return int64_t(ru.ru_maxrss) * 1024;
 }
 
-
 void add_calib_flags(CLI::App& cmd, CalibFlags& f) {
   cmd.add_option("--calib", f.calib, "Calibration text (.txt, or .jsonl with a \"text\" field per line)")->required();
   cmd.add_option("--calib-samples", f.samples, "Number of samples")->capture_default_str();

@@ -306,5 +306,46 @@ TEST(KvAttention, IndependentOfThreads) {
   EXPECT_TRUE(bit_equal(a, b));
 }
 
+// The SIMD weighted sum's documented order (kv_simd.inc): per (head, lane) the rows are summed in
+// ascending order whatever GB is, i.e. the result is exactly the fmaf chain
+// acc = fmaf(p_j·s_j, l_jd, acc) from 0, times alpha. Bit-identical on every SIMD ISA over 301
+// rows, every dynamic format (symmetric, asymmetric, 8 / 4 bits), full and partial column chunks
+// (D = 64, 20) and a group of 8 + 3 heads. A kernel that reorders the rows (blocks of rows with
+// partial sums added at the end, a split across threads) must change this test knowingly.
+TEST(KvKernels, WeightedSumIsTheAscendingFmaChain) {
+  IsaGuard guard;
+  std::mt19937_64 rng(11);
+  for (const FormatDesc& t : kKvFormats) {
+    if (!t.dynamic()) continue;
+    for (int D : {64, 20}) {
+      const int G = 11;
+      const int64_t n = 301;
+      Filled f = fill(rng, t.format, 1, D, n, n);
+      const KvRows r = f.cache.rows(1, true, 0);
+      std::uniform_real_distribution<float> u(0.0f, 1.0f);
+      std::vector<float> p0(size_t(G * n));
+      for (float& x : p0) x = u(rng);
+      std::vector<float> alpha(static_cast<size_t>(G));
+      for (float& a : alpha) a = 0.5f + u(rng);
+      std::vector<float> want(size_t(G * D));
+      for (int i = 0; i < G; ++i)
+        for (int d = 0; d < D; ++d) {
+          float acc = 0.0f;
+          for (int64_t j = 0; j < n; ++j) {
+            const int l = detail::kv_code(r.codes + j * r.ld, d, r.bits) - detail::kv_zc(r, j);
+            acc = std::fmaf(p0[size_t(i * n + j)] * r.scale[j * r.ls], float(l), acc);
+          }
+          want[size_t(i * D + d)] = alpha[size_t(i)] * acc;
+        }
+      for (Isa isa : all_isas()) {
+        if (isa == Isa::Scalar) continue;  // the reference: p·s_j·l summed unfused, its own order
+        std::vector<float> p = p0, got(size_t(G * D), NAN);
+        detail::kv_table_for(isa).weighted_sum(p.data(), n, G, r, n, D, alpha.data(), got.data());
+        EXPECT_TRUE(bit_equal(got, want)) << t.name << " D=" << D << " " << isa_name(isa);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace sinkq::lowbit

@@ -121,6 +121,16 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
   SimModel sm;
   sm.cfg = cfg;
   json report = json::object();
+  // 0. KVQuant's Fisher information (step 4b's weights), on the fp model before any step below
+  // makes an fp32 copy of its own: its backward widens the model too, and the two never coexist.
+  KvFisher kv_fisher;
+  if (cfg.kv.vector() && cfg.kv.codebook == KvCodebook::Fisher) {
+    const auto t = Clock::now();
+    const bool fp_prefix_on = px.on() && px.source == PrefixSim::Source::Fp;
+    kv_fisher = kvquant_fisher(base, cfg, fp_prefix_on ? std::span<const int32_t>(px.tokens) : std::span<const int32_t>(),
+                               calib, progress);
+    report["kv_fisher_seconds"] = round4(seconds_since(t));
+  }
   // 1. Rotation: every later step (searches included) sees the rotated model.
   const std::shared_ptr<const Model> rotated = rotate_model(base, cfg.rotate);
   // The fp prefix: the rotated fp model with its online rotations (the body's basis).
@@ -161,7 +171,7 @@ SimModel build_sim(std::shared_ptr<const Model> base, const Recipe& cfg,
   // 4b. KVQuant's codebook quantizers, calibrated on the model as it now runs (KV unquantized).
   if (cfg.kv.vector()) {
     const auto t = Clock::now();
-    sm.kvq = calibrate_kvquant(base, sm, fp_prefix, calib, progress, report);
+    sm.kvq = calibrate_kvquant(sm, fp_prefix, calib, std::move(kv_fisher), progress, report);
     report["kv_codebook_seconds"] = round4(seconds_since(t));
   }
   // 5. Block-wise fine-tuning (PrefixQuant §5.2) from the grid-searched parameters.

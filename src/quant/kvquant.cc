@@ -162,9 +162,58 @@ KvCodec make_codec(const KvSim& kv, KvAxis axis, const std::vector<float>& x, co
 
 }  // namespace
 
-std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& base, const SimModel& sm,
-                                            const std::shared_ptr<const KvPrefix>& fp_prefix,
-                                            std::span<const std::vector<int32_t>> calib,
+namespace {
+
+// Refuses (sinkq::Error) when the calibration K / V activations (and their Fisher information)
+// of every layer would not fit in memory: they are held at once.
+void check_kv_rows_fit(const ModelConfig& mc, std::span<const std::vector<int32_t>> calib, bool fisher) {
+  int64_t tokens = 0;
+  for (const auto& s : calib) tokens += int64_t(s.size());
+  const uint64_t need =
+      uint64_t(mc.num_layers) * 2 * uint64_t(tokens) * uint64_t(mc.kv_dim()) * sizeof(float) * (fisher ? 2 : 1);
+  const uint64_t avail = mem_available_bytes();
+  SINKQ_CHECK(avail == 0 || need < avail / 2,
+              "KV codebook calibration needs {:.2f} GB for the K / V activations{} of {} calibration tokens; {:.2f} GB "
+              "is available: lower --calib-samples or --calib-len",
+              double(need) / 1e9, fisher ? " and their Fisher information" : "", tokens, double(avail) / 1e9);
+}
+
+}  // namespace
+
+KvFisher kvquant_fisher(const std::shared_ptr<const Model>& base, const Recipe& cfg,
+                        std::span<const int32_t> prefix_tokens, std::span<const std::vector<int32_t>> calib,
+                        const std::function<void(std::string_view, int64_t, int64_t)>& progress) {
+  SINKQ_ASSERT(cfg.kv.vector() && cfg.kv.codebook == KvCodebook::Fisher);
+  const ModelConfig& mc = base->config();
+  const int L = mc.num_layers;
+  check_kv_rows_fit(mc, calib, true);
+  KvFisher out;
+  out.k.resize(size_t(L));
+  out.v.resize(size_t(L));
+  const train::Params<float> p = train::Params<float>::from_model(*base);
+  std::unique_ptr<train::PrefixKv<float>> px;
+  if (!prefix_tokens.empty())
+    px = std::make_unique<train::PrefixKv<float>>(train::PrefixKv<float>::from(
+        *KvPrefix::compute(base, std::vector<int32_t>(prefix_tokens.begin(), prefix_tokens.end()))));
+  // ∂ℓ/∂(v·R2) = (∂ℓ/∂v)·R2: the Values' gradient in the rotated model's basis (per head).
+  std::function<void(int, std::vector<float>&)> v_basis;
+  if (cfg.rotate.on)
+    v_basis = [&](int l, std::vector<float>& g) {
+      r2_rotation(mc, cfg.rotate, l).forward(g.data(), int64_t(g.size()) / mc.head_dim);
+    };
+  for (size_t i = 0; i < calib.size(); ++i) {
+    const train::FisherSample f = train::fisher_sample(mc, p, calib[i], px.get(), v_basis);
+    for (int l = 0; l < L; ++l) {
+      out.k[size_t(l)].insert(out.k[size_t(l)].end(), f.k[size_t(l)].begin(), f.k[size_t(l)].end());
+      out.v[size_t(l)].insert(out.v[size_t(l)].end(), f.v[size_t(l)].begin(), f.v[size_t(l)].end());
+    }
+    if (progress) progress("KV codebooks: Fisher information, sample", int64_t(i) + 1, int64_t(calib.size()));
+  }
+  return out;
+}
+
+std::vector<KvQuantLayer> calibrate_kvquant(const SimModel& sm, const std::shared_ptr<const KvPrefix>& fp_prefix,
+                                            std::span<const std::vector<int32_t>> calib, KvFisher fisher_in,
                                             const std::function<void(std::string_view, int64_t, int64_t)>& progress,
                                             nlohmann::json& report) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -175,6 +224,8 @@ std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& 
   const int L = mc.num_layers;
   const int64_t KV = mc.kv_dim();
   const bool fisher = kv.codebook == KvCodebook::Fisher;
+  SINKQ_CHECK(!fisher || (int(fisher_in.k.size()) == L && int(fisher_in.v.size()) == L),
+              "KV codebook calibration: the Fisher codebook needs the Fisher information of all {} layers (kvquant_fisher)", L);
   if (!kv.vector_calibrated()) {
     // Token vectors with fixed levels (uniform / nf, no Q-Norm): nothing to calibrate.
     KvCodec c;
@@ -185,12 +236,7 @@ std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& 
   }
   int64_t tokens = 0, longest = 0;
   for (const auto& s : calib) tokens += int64_t(s.size()), longest = std::max(longest, int64_t(s.size()));
-  const uint64_t need = uint64_t(L) * 2 * uint64_t(tokens) * uint64_t(KV) * sizeof(float) * (fisher ? 2 : 1);
-  const uint64_t avail = mem_available_bytes();
-  SINKQ_CHECK(avail == 0 || need < avail / 2,
-              "KV codebook calibration needs {:.2f} GB for the K / V activations{} of {} calibration tokens; {:.2f} GB "
-              "is available: lower --calib-samples or --calib-len",
-              double(need) / 1e9, fisher ? " and their Fisher information" : "", tokens, double(avail) / 1e9);
+  check_kv_rows_fit(mc, calib, fisher);
   KvRows rows;
   rows.k.resize(size_t(L));
   rows.v.resize(size_t(L));
@@ -211,27 +257,8 @@ std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& 
     }
   }
   if (fisher) {
-    rows.k_fisher.resize(size_t(L));
-    rows.v_fisher.resize(size_t(L));
-    const train::Params<float> p = train::Params<float>::from_model(*base);
-    std::unique_ptr<train::PrefixKv<float>> px;
-    if (fp_prefix) px = std::make_unique<train::PrefixKv<float>>(train::PrefixKv<float>::from(*KvPrefix::compute(base, fp_prefix->tokens())));
-    // ∂ℓ/∂(v·R2) = (∂ℓ/∂v)·R2: the Values' gradient in the rotated model's basis (per head).
-    std::function<void(int, std::vector<float>&)> v_basis;
-    if (cfg.rotate.on)
-      v_basis = [&](int l, std::vector<float>& g) {
-        r2_rotation(mc, cfg.rotate, l).forward(g.data(), int64_t(g.size()) / mc.head_dim);
-      };
-    for (size_t i = 0; i < calib.size(); ++i) {
-      const train::FisherSample f = train::fisher_sample(base->config(), p, calib[i], px.get(), v_basis);
-      for (int l = 0; l < L; ++l) {
-        auto& kf = rows.k_fisher[size_t(l)];
-        auto& vf = rows.v_fisher[size_t(l)];
-        kf.insert(kf.end(), f.k[size_t(l)].begin(), f.k[size_t(l)].end());
-        vf.insert(vf.end(), f.v[size_t(l)].begin(), f.v[size_t(l)].end());
-      }
-      if (progress) progress("KV codebooks: Fisher information, sample", int64_t(i) + 1, int64_t(calib.size()));
-    }
+    rows.k_fisher = std::move(fisher_in.k);
+    rows.v_fisher = std::move(fisher_in.v);
   }
   std::vector<KvQuantLayer> out(static_cast<size_t>(L));
   json layers = json::array();
@@ -239,6 +266,10 @@ std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& 
     json jl;
     SINKQ_CHECK(int64_t(rows.k[size_t(l)].size()) == tokens * KV && int64_t(rows.v[size_t(l)].size()) == tokens * KV,
                 "KV codebook calibration: layer {} saw {} key values, expected {}", l, rows.k[size_t(l)].size(), tokens * KV);
+    SINKQ_CHECK(!fisher || (int64_t(rows.k_fisher[size_t(l)].size()) == tokens * KV &&
+                            int64_t(rows.v_fisher[size_t(l)].size()) == tokens * KV),
+                "KV codebook calibration: layer {} has {} Fisher values for {} key values (not the same calibration samples)",
+                l, rows.k_fisher[size_t(l)].size(), tokens * KV);
     out[size_t(l)].k = make_codec(kv, kv.key_axis, rows.k[size_t(l)], fisher ? &rows.k_fisher[size_t(l)] : nullptr, KV, jl["k"]);
     out[size_t(l)].v = make_codec(kv, kv.value_axis, rows.v[size_t(l)], fisher ? &rows.v_fisher[size_t(l)] : nullptr, KV, jl["v"]);
     std::vector<float>().swap(rows.k[size_t(l)]);

@@ -76,15 +76,29 @@ std::vector<float> qnorm_levels(std::span<const float> levels, std::span<const W
 // Σ w·(u − level(u))² / Σ w: the (weighted) error of a codebook on normalised values.
 double codebook_error(std::span<const float> levels, std::span<const WeightedValue> points);
 
+// The Fisher information (KVQuant eq. 2) of every layer's K (before RoPE) and V over the
+// calibration samples, in order: k[l], v[l] each [tokens, kv_dim]. train::fisher_sample on `base`,
+// the full-precision unrotated model, behind its own fp prefix of `prefix_tokens` (empty: none);
+// with rotation the Values' gradients in the rotated basis. It widens `base` to fp32 for the
+// backward, so build_sim runs it first, before rotation or fake quantization make fp32 copies of
+// their own: the widened models are never held together (the 1.5B's W4 g32 + nuq3 quantize: 7.1 GB
+// less at the peak). Refuses
+// (sinkq::Error) when the activations and their Fisher information would not fit in memory.
+struct KvFisher {
+  std::vector<std::vector<float>> k, v;  // per layer
+};
+KvFisher kvquant_fisher(const std::shared_ptr<const Model>& base, const Recipe& cfg,
+                        std::span<const int32_t> prefix_tokens, std::span<const std::vector<int32_t>> calib,
+                        const std::function<void(std::string_view, int64_t, int64_t)>& progress);
+
 // The calibrated quantizers of every layer (build_sim's KV step): `sm` holds the model and the
 // hooks so far (its kvq empty), `fp_prefix` the prefix the calibration runs behind (null: none),
-// `base` the full-precision unrotated model (for the Fisher information). Adds "kv_codebooks" to
-// report. Refuses (sinkq::Error) when the calibration activations would not fit in memory. A
-// recipe that calibrates nothing (token vectors, uniform / nf levels, no Q-Norm) gets its fixed
-// codecs without running anything.
-std::vector<KvQuantLayer> calibrate_kvquant(const std::shared_ptr<const Model>& base, const SimModel& sm,
-                                            const std::shared_ptr<const KvPrefix>& fp_prefix,
-                                            std::span<const std::vector<int32_t>> calib,
+// `fisher` kvquant_fisher's result on the same samples for the Fisher codebook (else empty). Adds
+// "kv_codebooks" to report. Refuses (sinkq::Error) when the calibration activations would not fit
+// in memory. A recipe that calibrates nothing (token vectors, uniform / nf levels, no Q-Norm) gets
+// its fixed codecs without running anything.
+std::vector<KvQuantLayer> calibrate_kvquant(const SimModel& sm, const std::shared_ptr<const KvPrefix>& fp_prefix,
+                                            std::span<const std::vector<int32_t>> calib, KvFisher fisher,
                                             const std::function<void(std::string_view, int64_t, int64_t)>& progress,
                                             nlohmann::json& report);
 

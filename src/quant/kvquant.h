@@ -81,9 +81,9 @@ double codebook_error(std::span<const float> levels, std::span<const WeightedVal
 // the full-precision unrotated model, behind its own fp prefix of `prefix_tokens` (empty: none);
 // with rotation the Values' gradients in the rotated basis. It widens `base` to fp32 for the
 // backward, so build_sim runs it first, before rotation or fake quantization make fp32 copies of
-// their own: the widened models are never held together (the 1.5B's W4 g32 + nuq3 quantize: 7.1 GB
-// less at the peak). Refuses
-// (sinkq::Error) when the activations and their Fisher information would not fit in memory.
+// their own: the widened models are never held together (the 1.5B's W4 g32 + nuq3 quantize: peak
+// 16.8 -> 11.5 GB). Refuses (sinkq::Error) when the activations and their Fisher information would
+// not fit in memory.
 struct KvFisher {
   std::vector<std::vector<float>> k, v;  // per layer
 };

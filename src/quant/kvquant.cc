@@ -160,10 +160,6 @@ KvCodec make_codec(const KvSim& kv, KvAxis axis, const std::vector<float>& x, co
   return c;
 }
 
-}  // namespace
-
-namespace {
-
 // Refuses (sinkq::Error) when the calibration K / V activations (and their Fisher information)
 // of every layer would not fit in memory: they are held at once.
 void check_kv_rows_fit(const ModelConfig& mc, std::span<const std::vector<int32_t>> calib, bool fisher) {

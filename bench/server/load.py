@@ -388,15 +388,17 @@ def main():
             return float(v[0]) if v else None
         batches, rows = metric("sinkq_decode_batches_total"), metric("sinkq_decode_batch_rows_total")
         mean_batch = rows / batches if batches else None
+        chunks, mixed = metric("sinkq_prefill_batch_chunks_total"), metric("sinkq_mixed_batches_total")
         m503 = [l for l in metrics.splitlines() if l.startswith("sinkq_requests_total") and 'status="503"' in l]
         print(f"   load: {len(results)} requests in {wall:.1f} s; valid {sum(r['ok'] for r in valid)}/{len(valid)} equal "
               f"the reference; invalid " + ", ".join(f"{k} {v[1]}/{v[0]} ({sorted(v[2], key=str)})" for k, v in by_kind.items())
               + f"; 503 retries {n503} (server: {m503}); peak VmRSS sampled {rss_max / 1024:.0f} MiB; CPU s: server "
-              f"{cpu['server']:.1f}, this client {cpu['client']:.1f}; decode batches {batches} rows {rows}", flush=True)
+              f"{cpu['server']:.1f}, this client {cpu['client']:.1f}; decode batches {batches} rows {rows}; "
+              f"prompt chunks batched {chunks}, with decode rows {mixed}", flush=True)
         table.append({"P": P, "threads": T or "default", "valid": len(valid), "invalid": len(invalid),
                       "ok": len(results) - len(bad), "n": len(results), "wall": wall,
                       "p50": pct(lat, 0.5), "p99": pct(lat, 0.99), "tps": tokens / wall, "tokens": tokens,
-                      "n503": n503, "mean_batch": mean_batch, "hwm_idle": hwm_idle, "hwm": hwm, "rc": rc, "cpu": cpu})
+                      "n503": n503, "mean_batch": mean_batch, "chunks": chunks, "mixed": mixed, "hwm_idle": hwm_idle, "hwm": hwm, "rc": rc, "cpu": cpu})
     if a.chunked_probe:
         chunked_probe(a.model, a.chunked_probe, failures)
     print()
@@ -406,11 +408,12 @@ def main():
     print(f"sinkq serve flags: {a.serve_args or '(none)'}")
     print()
     print("| --parallel | --threads | valid / invalid requests | correct | p50 latency (s) | p99 latency (s) "
-          "| generated tok/s | mean decode batch | 503s (retried) | peak RSS idle → after load (MiB) | CPU s server / client | exit |")
-    print("|---:|---:|---|---|---:|---:|---:|---:|---:|---|---|---:|")
+          "| generated tok/s | mean decode batch | prompt chunks batched / with decode rows | 503s (retried) | peak RSS idle → after load (MiB) | CPU s server / client | exit |")
+    print("|---:|---:|---|---|---:|---:|---:|---:|---|---:|---|---|---:|")
     for t in table:
         print(f"| {t['P']} | {t['threads']} | {t['valid']} / {t['invalid']} | {t['ok']}/{t['n']} | {t['p50']:.2f} | "
-              f"{t['p99']:.2f} | {t['tps']:.1f} | {'%.2f' % t['mean_batch'] if t['mean_batch'] else '–'} | {t['n503']} | {t['hwm_idle'] / 1024:.0f} → "
+              f"{t['p99']:.2f} | {t['tps']:.1f} | {'%.2f' % t['mean_batch'] if t['mean_batch'] else '–'} | "
+              f"{'%d / %d' % (t['chunks'], t['mixed']) if t['chunks'] is not None else '–'} | {t['n503']} | {t['hwm_idle'] / 1024:.0f} → "
               f"{(t['hwm'] or 0) / 1024:.0f} | {t['cpu']['server']:.0f} / {t['cpu']['client']:.0f} | {t['rc']} |")
     print()
     for f in failures:

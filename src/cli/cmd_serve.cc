@@ -28,6 +28,7 @@ void register_serve(CLI::App& app) {
   struct Opts : CommonFlags {
     server::ServerOptions s;
     bool no_batch = false;
+    std::string batch_prefill = "short";
   };
   auto o = std::make_shared<Opts>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over HTTP (OpenAI-compatible completions and chat)");
@@ -39,8 +40,14 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-c,--ctx,--ctx-size", o->s.ctx, "Positions per session after the model's prefix (default: min(2048, the model's))")
       ->check(decimal_in(1, INT32_MAX));
   cmd->add_flag("--no-batch", o->no_batch,
-                "With --parallel > 1: step each session alone instead of batching the decode steps of the sessions "
-                "that generate at the same time (the same tokens either way; for measuring)");
+                "With --parallel > 1: run each session alone instead of batching the prompt chunks and decode "
+                "steps of the sessions that generate at the same time (the same tokens either way; for measuring)");
+  cmd->add_option("--batch-prefill", o->batch_prefill,
+                  "With batching: which prompts ride in the batches with the decode steps: short (at most the "
+                  "GEMV's rows, 16 AVX2 / 64 AVX-512: they share a weight pass with the decode rows), all (every "
+                  "prompt, in chunks of 512), off (each prefills alone on its request's thread); the same tokens "
+                  "every way")
+      ->capture_default_str();
   cmd->add_option("--queue", o->s.queue, "Requests that may wait for a session; beyond: 503 with Retry-After")
       ->capture_default_str()->check(decimal_in(0, 4096));
   cmd->add_option("--api-key", o->s.api_key,
@@ -67,6 +74,9 @@ void register_serve(CLI::App& app) {
   cmd->callback([o, qf] {
     apply_threads(*o);
     if (qf->dump_if_asked()) return;
+    using BP = server::ServerOptions::BatchPrefill;
+    SINKQ_CHECK(o->batch_prefill == "short" || o->batch_prefill == "all" || o->batch_prefill == "off",
+                "unknown --batch-prefill '{}': expected short, all or off", o->batch_prefill);
     if (o->s.api_key.empty())
       if (const char* k = std::getenv("SINKQ_API_KEY"); k && *k) o->s.api_key = k;
     // SIGINT / SIGTERM: a handler writes the signal's number to a pipe (async-signal-safe,
@@ -90,6 +100,7 @@ void register_serve(CLI::App& app) {
     oo.pipeline = pipeline_options(*qf, "serve");
     const std::shared_ptr<const Engine> engine = Engine::open(o->model, oo);
     o->s.batch = !o->no_batch;
+    o->s.batch_prefill = o->batch_prefill == "all" ? BP::All : o->batch_prefill == "off" ? BP::Off : BP::Short;
     server::Server srv(engine, o->s);
     const int port = srv.bind();
     const std::string url = fmt::format("http://{}:{}", o->s.host, port);
@@ -101,6 +112,7 @@ void register_serve(CLI::App& app) {
                   {"ctx", srv.ctx()},
                   {"parallel", o->s.parallel},
                   {"batch", o->s.parallel > 1 && !o->no_batch},
+                  {"batch_prefill", o->s.parallel > 1 && !o->no_batch ? o->batch_prefill : "off"},
                   {"prefix_tokens", engine->prefix_tokens()}};
       std::printf("%s\n", ready.dump().c_str());
       std::fflush(stdout);

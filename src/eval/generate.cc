@@ -83,7 +83,7 @@ GenerateResult generate(Forward& fwd, std::span<const int32_t> prompt, const Gen
   auto t0 = clock::now();
   std::span<const float> logits =
       opt.prompt_logprobs ? feed_scored(fwd, prompt, 1, std::max(opt.logprobs, 0), r.prompt_logprobs)
-                          : fwd.step(prompt, /*all_logits=*/false);
+                          : opt.prefill ? opt.prefill(fwd, prompt) : fwd.step(prompt, /*all_logits=*/false);
   auto t1 = clock::now();
   r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   if (opt.on_prompt_logprobs) opt.on_prompt_logprobs(r.prompt_logprobs);

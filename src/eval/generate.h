@@ -50,9 +50,14 @@ struct GenerateOptions {
   bool prompt_logprobs = false;
   std::function<void(const std::vector<TokenLogprob>&)> on_prompt_logprobs;
   // Feeds one sampled token and returns the logits after it; empty = fwd.step({id}). sinkq serve
-  // passes its DecodeBatcher here, which runs the steps of concurrent sessions as one
+  // passes its StepBatcher here, which runs the steps of concurrent sessions as one
   // Forward::step_batch (the same logits, bit for bit).
   std::function<std::span<const float>(Forward& fwd, int32_t id)> decode_step;
+  // Feeds the prompt to the reset fwd and returns the logits after it; empty = fwd.step(prompt).
+  // sinkq serve passes its StepBatcher here (--batch-prefill): the prompt's chunks (step()'s) ride in the same
+  // Forward::step_batch as other sessions' decode rows (the same logits, bit for bit). Not used
+  // with prompt_logprobs, whose prefill keeps every position's logits.
+  std::function<std::span<const float>(Forward& fwd, std::span<const int32_t> prompt)> prefill;
 };
 
 struct GenerateResult {

@@ -187,6 +187,8 @@ int64_t matmul_rowwise_max() {
                    detail::kernels_avx512().gemv_max_t});
 }
 
+int64_t matmul_rowwise_rows() { return detail::kernels().gemv_max_t; }
+
 void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y) {
   SINKQ_ASSERT(W.data != nullptr && T >= 0 && W.rows >= 0 && W.cols >= 0);
   SINKQ_ASSERT(W.rows <= INT32_MAX && W.cols <= INT32_MAX && T <= INT32_MAX);  // BLAS ints

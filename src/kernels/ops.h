@@ -36,6 +36,9 @@ void matmul(const float* x, int64_t T, const Mat& W, const float* bias, float* y
 // path (each takes the multi-token GEMV up to its gemv_max_t, summing each row in one order; above
 // that, sgemm). Forward::step_batch is exact against single steps up to this many sequences.
 int64_t matmul_rowwise_max();
+// The same on the active ISA only (its gemv_max_t: 8 scalar, 16 AVX2, 64 AVX-512): the bound that
+// holds between two calls made on the same ISA (Forward::step_batch's linear groups).
+int64_t matmul_rowwise_rows();
 
 // y[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w   (HF LlamaRMSNorm, fp32). y may alias x.
 void rmsnorm(const float* x, const float* w, float* y, int64_t T, int64_t n, float eps);

@@ -485,8 +485,8 @@ void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_
     }
     if (!logits_out || !st.last(N)) return;
     // Final norm and LM head only for the rows whose logits are wanted.
-    const Part self{this, 0, T - first_row};
-    head(x_.data() + first_row * H, std::span(&self, 1), first_row, xn_.data(), logits_out);
+    const Part self{this, 0, T - first_row, first_row};
+    head(x_.data() + first_row * H, std::span(&self, 1), xn_.data(), logits_out);
   };
   if (T <= kTeamMaxRows) run_in_team(0, body);
   else body();
@@ -507,10 +507,9 @@ void Forward::embed_ids(const Model& m, std::span<const int32_t> ids, float* out
   }
 }
 
-// The final norm, the head_in hooks, the LM head and the logits hooks over the rows of `parts`
-// (x [rows, hidden] → logits [rows, vocab]); part p's rows are its positions / ids from index
-// `pos0` on (run_chunk: the last rows of its chunk; step_batch: row 0 of each sequence).
-void Forward::head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits) {
+// The final norm, the head_in hooks, the LM head (over linear_groups(parts)) and the logits hooks
+// over the rows of `parts` (x [rows, hidden] → logits [rows, vocab]).
+void Forward::head(const float* x, std::span<const Part> parts, float* xn, float* logits) {
   const Model& m = *parts[0].f->model_;
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
@@ -519,15 +518,16 @@ void Forward::head(const float* x, std::span<const Part> parts, int64_t pos0, fl
     for (const Part& p : parts) {
       Forward& f = *p.f;
       if (!f.hooks_.active(s, -1)) continue;
-      SiteView v{s, -1, data + p.row0 * features, p.n, features, std::span(f.pos_.data() + pos0, size_t(p.n)),
-                 std::span(f.ids_.data() + pos0, size_t(p.n))};
+      SiteView v{s, -1, data + p.row0 * features, p.n, features, std::span(f.pos_.data() + p.first, size_t(p.n)),
+                 std::span(f.ids_.data() + p.first, size_t(p.n))};
       f.hooks_.run(v);
     }
   };
   rmsnorm(x, w.final_norm, xn, rows, c.hidden_size, c.rms_norm_eps);
   hook(Site::HeadIn, xn, c.hidden_size);
-  if (w.lm_head_impl) w.lm_head_impl->apply(xn, rows, nullptr, logits);
-  else matmul(xn, rows, w.lm_head, nullptr, logits);
+  const int64_t H = c.hidden_size, V = c.vocab_size;
+  for (const Rows& g : linear_groups(parts))
+    linear(xn + g.row0 * H, g.n, w.lm_head, w.lm_head_impl.get(), nullptr, logits + g.row0 * V);
   if (const float cap = c.final_softcap; cap > 0)  // Gemma 2: logits -> cap * tanh(logits / cap)
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
   hook(Site::Logits, logits, c.vocab_size);
@@ -570,6 +570,7 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   const bool one = parts.size() == 1;
   Forward& f0 = *parts[0].f;
   SINKQ_ASSERT(one || (k_scratch && v_scratch));
+  const std::vector<Rows> groups = linear_groups(parts);
   float* k = !one ? k_scratch : f0.store_ ? f0.k_new_.data() : f0.cache_.k(l) + f0.body_size() * KV;
   float* v = !one ? v_scratch : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
@@ -577,9 +578,10 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   if (start == 0) {
     rmsnorm(x, w.vec(VecRole::AttnNorm), xn, T, H, c.rms_norm_eps);
     each(Site::AttnIn, xn, H);
-    site_linears<3>(xn, T, {&w.mat(LinearRole::Q), &w.mat(LinearRole::K), &w.mat(LinearRole::V)},
-                    {w.impl_of(LinearRole::Q).get(), w.impl_of(LinearRole::K).get(), w.impl_of(LinearRole::V).get()},
-                    {w.bias(0), w.bias(1), w.bias(2)}, {q_.data(), k, v});
+    for (const Rows& g : groups)
+      site_linears<3>(xn + g.row0 * H, g.n, {&w.mat(LinearRole::Q), &w.mat(LinearRole::K), &w.mat(LinearRole::V)},
+                      {w.impl_of(LinearRole::Q).get(), w.impl_of(LinearRole::K).get(), w.impl_of(LinearRole::V).get()},
+                      {w.bias(0), w.bias(1), w.bias(2)}, {q_.data() + g.row0 * QD, k + g.row0 * KV, v + g.row0 * KV});
     if (spec.qk_norm) {  // each head's row of q and k (Qwen3, Gemma 3), before the pre-RoPE k site
       rmsnorm(q_.data(), w.vec(VecRole::QNorm), q_.data(), T * c.num_heads, c.head_dim, c.rms_norm_eps);
       rmsnorm(k, w.vec(VecRole::KNorm), k, T * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
@@ -618,7 +620,9 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   }
   if (start <= 1) {
     each(Site::OIn, att_.data(), QD);
-    linear(att_.data(), T, w.mat(LinearRole::O), w.impl_of(LinearRole::O).get(), nullptr, tmp_.data());
+    for (const Rows& g : groups)
+      linear(att_.data() + g.row0 * QD, g.n, w.mat(LinearRole::O), w.impl_of(LinearRole::O).get(), nullptr,
+             tmp_.data() + g.row0 * H);
     if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostAttnNorm), tmp_.data(), T, H, c.rms_norm_eps);
     add_inplace(x, tmp_.data(), T * H);
   }
@@ -627,14 +631,17 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   if (start <= 2) {
     if (start < 2) rmsnorm(x, w.vec(VecRole::MlpNorm), xn, T, H, c.rms_norm_eps);
     each(Site::MlpIn, xn, H);
-    site_linears<2>(xn, T, {&w.mat(LinearRole::Gate), &w.mat(LinearRole::Up)},
-                    {w.impl_of(LinearRole::Gate).get(), w.impl_of(LinearRole::Up).get()}, {nullptr, nullptr},
-                    {gate_.data(), up_.data()});
+    for (const Rows& g : groups)
+      site_linears<2>(xn + g.row0 * H, g.n, {&w.mat(LinearRole::Gate), &w.mat(LinearRole::Up)},
+                      {w.impl_of(LinearRole::Gate).get(), w.impl_of(LinearRole::Up).get()}, {nullptr, nullptr},
+                      {gate_.data() + g.row0 * I, up_.data() + g.row0 * I});
     if (spec.act == Activation::GeluTanh) gelu_tanh_mul(gate_.data(), up_.data(), T, I);
     else silu_mul(gate_.data(), up_.data(), T, I);
   }
   each(Site::DownIn, gate_.data(), I);
-  linear(gate_.data(), T, w.mat(LinearRole::Down), w.impl_of(LinearRole::Down).get(), nullptr, tmp_.data());
+  for (const Rows& g : groups)
+    linear(gate_.data() + g.row0 * I, g.n, w.mat(LinearRole::Down), w.impl_of(LinearRole::Down).get(), nullptr,
+           tmp_.data() + g.row0 * H);
   if (spec.post_norms) rmsnorm(tmp_.data(), w.vec(VecRole::PostMlpNorm), tmp_.data(), T, H, c.rms_norm_eps);
   add_inplace(x, tmp_.data(), T * H);
   each(Site::Out, x, H);
@@ -649,45 +656,87 @@ void Forward::advance(int64_t T) {
   }
 }
 
+// Consecutive parts share a linear call while the call has at most matmul_rowwise_rows() rows (the
+// active ISA's GEMV: each row gets the bits it gets alone); a longer part is a call of its own, as
+// in its step(). One part: one call over its rows, whatever their number (step()).
+std::vector<Forward::Rows> Forward::linear_groups(std::span<const Part> parts) {
+  const int64_t R = matmul_rowwise_rows();
+  std::vector<Rows> g;
+  for (const Part& p : parts) {
+    if (!g.empty() && p.n <= R && g.back().n + p.n <= R && g.back().row0 + g.back().n == p.row0) g.back().n += p.n;
+    else g.push_back({p.row0, p.n});
+  }
+  return g;
+}
+
 void Forward::step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens) {
+  SINKQ_CHECK(tokens.size() == seqs.size(), "step_batch: {} tokens for {} sequences", tokens.size(), seqs.size());
+  std::vector<std::span<const int32_t>> chunks;
+  for (const int32_t& t : tokens) chunks.emplace_back(&t, 1);
+  step_batch(seqs, chunks);
+}
+
+void Forward::step_batch(std::span<Forward* const> seqs, std::span<const std::span<const int32_t>> chunks) {
   const int64_t B = int64_t(seqs.size());
   SINKQ_CHECK(B >= 1, "step_batch: no sequences");
-  SINKQ_CHECK(tokens.size() == seqs.size(), "step_batch: {} tokens for {} sequences", tokens.size(), seqs.size());
+  SINKQ_CHECK(chunks.size() == seqs.size(), "step_batch: {} chunks for {} sequences", chunks.size(), seqs.size());
   Forward& ws = *seqs[0];
   SINKQ_CHECK(ws.model_->whole(), "step_batch: the model is one stage of a pipeline");
-  SINKQ_CHECK(B <= ws.max_batch_, "step_batch: {} sequences, the first one's buffers hold {} rows (max_batch)", B,
-              ws.max_batch_);
   const ModelConfig& c = ws.model_->config();
-  const int64_t V = c.vocab_size;
+  const int64_t V = c.vocab_size, H = c.hidden_size;
+  int64_t T = 0;
   for (int64_t b = 0; b < B; ++b) {
     Forward& f = *seqs[size_t(b)];
+    const int64_t n = int64_t(chunks[size_t(b)].size());
     SINKQ_CHECK(f.model_ == ws.model_, "step_batch: sequence {} runs another model", b);
     for (int64_t o = 0; o < b; ++o) SINKQ_CHECK(seqs[size_t(o)] != &f, "step_batch: sequence {} is also sequence {}", b, o);
-    SINKQ_CHECK(f.n_past() + 1 <= f.max_ctx(), "step_batch: sequence {}: 1 token after {} already in the cache exceeds "
-                "the context of {} tokens", b, f.n_past(), f.max_ctx());
-    f.pos_[0] = int32_t(f.n_past());
-    f.ids_[0] = tokens[size_t(b)];
+    SINKQ_CHECK(n >= 1 && n <= f.max_batch_, "step_batch: sequence {}: a chunk of {} tokens (1..{}: its max_batch)", b,
+                n, f.max_batch_);
+    SINKQ_CHECK(f.n_past() + n <= f.max_ctx(), "step_batch: sequence {}: {} token{} after {} already in the cache "
+                "exceed{} the context of {} tokens", b, n, n == 1 ? "" : "s", f.n_past(), n == 1 ? "s" : "", f.max_ctx());
+    T += n;
   }
+  SINKQ_CHECK(T <= ws.max_batch_, "step_batch: {} rows, the first sequence's buffers hold {} (max_batch)", T,
+              ws.max_batch_);
   if (B == 1) {  // one sequence: its own step (the same code, no batch scratch)
     ws.logits_.resize(size_t(V));
-    ws.run_chunk(tokens, false, ws.logits_.data());
+    ws.run_chunk(chunks[0], false, ws.logits_.data());
     return;
   }
   // The batch's own scratch lives on the calling thread (sinkq serve: one batcher thread), not in
   // whichever sequence happens to come first, so it is held once, not once per session.
-  thread_local std::vector<float> k_scratch, v_scratch, logits;
-  k_scratch.resize(size_t(B * c.kv_dim()));
-  v_scratch.resize(size_t(B * c.kv_dim()));
-  std::vector<Part> parts(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) parts[size_t(b)] = Part{seqs[size_t(b)], b, 1};
+  thread_local std::vector<float> k_scratch, v_scratch, last, logits;
+  thread_local std::vector<int32_t> ids;
+  k_scratch.resize(size_t(T * c.kv_dim()));
+  v_scratch.resize(size_t(T * c.kv_dim()));
+  ids.clear();
+  std::vector<Part> parts, heads;
+  for (int64_t b = 0, row = 0; b < B; ++b) {
+    Forward& f = *seqs[size_t(b)];
+    const std::span<const int32_t> ch = chunks[size_t(b)];
+    const int64_t n = int64_t(ch.size());
+    for (int64_t t = 0; t < n; ++t) {
+      f.pos_[size_t(t)] = int32_t(f.n_past() + t);
+      f.ids_[size_t(t)] = ch[size_t(t)];
+    }
+    ids.insert(ids.end(), ch.begin(), ch.end());
+    parts.push_back(Part{&f, row, n});
+    heads.push_back(Part{&f, b, 1, n - 1});  // the head sees each chunk's last row
+    row += n;
+  }
+  last.resize(size_t(B * H));
   logits.resize(size_t(B * V));
   auto body = [&] {
-    embed_ids(*ws.model_, tokens, ws.x_.data());
-    for (int l = 0; l < c.num_layers; ++l) ws.layer(l, B, parts, k_scratch.data(), v_scratch.data());
-    for (Forward* f : seqs) f->advance(1);
-    head(ws.x_.data(), parts, 0, ws.xn_.data(), logits.data());
+    embed_ids(*ws.model_, ids, ws.x_.data());
+    for (int l = 0; l < c.num_layers; ++l) ws.layer(l, T, parts, k_scratch.data(), v_scratch.data());
+    for (const Part& p : parts) p.f->advance(p.n);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* row = ws.x_.data() + (parts[size_t(b)].row0 + parts[size_t(b)].n - 1) * H;
+      std::copy(row, row + H, last.data() + b * H);
+    }
+    head(last.data(), heads, ws.xn_.data(), logits.data());
   };
-  if (B <= kTeamMaxRows) run_in_team(0, body);
+  if (T <= kTeamMaxRows) run_in_team(0, body);
   else body();
   for (int64_t b = 0; b < B; ++b)
     seqs[size_t(b)]->logits_.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);

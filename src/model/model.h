@@ -201,18 +201,24 @@ class Forward {
   // computes what it computed then (the hooks before it unchanged). Writes no cache rows.
   void resume_layer(int l, std::span<const int32_t> tokens, const LayerResume& r, float* x);
 
-  // One decode step of several sequences of one model together: token b is fed to seqs[b] at its
-  // n_past(), and its logits [vocab] are then seqs[b]->logits(). The linears run over all B rows
-  // at once (the weights are read once per step, not once per sequence: decode is bound by weight
-  // bytes, so B sequences cost little more than one); RoPE, the site hooks, the KV writes and
-  // attention run per sequence over its own cache, prefix and KV store. For B <=
-  // matmul_rowwise_max() (kernels/ops.h) row b's logits are exactly seqs[b]->step({token})'s: the
-  // packed low-bit GEMMs sum in int32 and the fp32 multi-token GEMV keeps each row's order
-  // (tests/engine: Engine.BatchedDecodeStepEqualsEachAlone); above it the fp32 linears go to
-  // sgemm and rows may differ in the last bits. The first sequence's activation buffers are the
-  // batch's workspace (B <= its max_batch); every sequence must be distinct and have room for one
-  // more token; else sinkq::Error naming the sequence's index in the batch. An error while
-  // computing (e.g. a non-finite activation in a packed linear) fails the whole step.
+  // One step of several sequences of one model together: chunk b (1..seqs[b]->max_batch() tokens:
+  // a decode token, or a chunk of a prompt as step() cuts it) is fed to seqs[b] at its n_past(),
+  // and the logits after its last token [vocab] are then seqs[b]->logits(). The norms, residuals
+  // and the LM head run over all rows at once; RoPE, the site hooks, the KV writes and attention
+  // per sequence over its own cache, prefix and KV store. The linears run over groups of rows
+  // (linear_groups): consecutive sequences while the group holds at most matmul_rowwise_rows()
+  // rows (kernels/ops.h: the active ISA's multi-token GEMV, each row summed in its own order; the packed
+  // low-bit GEMMs sum in int32), and a chunk longer than that as a call of its own, the call
+  // step() makes for it. So the weights are read once per group, not once per sequence (decode is
+  // bound by weight bytes: B decode rows cost little more than one), and each sequence's logits
+  // are exactly seqs[b]->step(chunk b)'s, at any batch size and mix of prefill chunks and decode
+  // rows (tests/engine: Engine.BatchedStepEqualsEachAlone). The first sequence's activation
+  // buffers are the batch's workspace (the rows in all <= its max_batch); every sequence must be
+  // distinct and have room for its chunk; else sinkq::Error naming the sequence's index in the
+  // batch, before anything runs. An error while computing (e.g. a non-finite activation in a
+  // packed linear) fails the whole step.
+  static void step_batch(std::span<Forward* const> seqs, std::span<const std::span<const int32_t>> chunks);
+  // The decode step of several sequences: token b to seqs[b] (step_batch with one-token chunks).
   static void step_batch(std::span<Forward* const> seqs, std::span<const int32_t> tokens);
   // The most tokens one step() chunk or step_batch() (as the first sequence) takes.
   int64_t max_batch() const { return max_batch_; }
@@ -220,16 +226,23 @@ class Forward {
   std::span<const float> logits() const { return logits_; }
 
  private:
-  // Rows [row0, row0 + n) of a layer's batch belong to sequence f (step_batch; step() is one part).
+  // Rows [row0, row0 + n) of a layer's batch belong to sequence f (step_batch; step() is one part);
+  // they are its positions / ids from index `first` on (the head of step_batch: the last row of a
+  // chunk; run_chunk: its rows from first_row).
   struct Part {
     Forward* f;
+    int64_t row0, n, first = 0;
+  };
+  // Row ranges [row0, row0 + n) of parts that one linear call takes (step_batch).
+  struct Rows {
     int64_t row0, n;
   };
+  static std::vector<Rows> linear_groups(std::span<const Part> parts);
   void run_chunk(std::span<const int32_t> tokens, bool all_logits, float* logits_out);
   void chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out);
   // Embedding rows of `ids` (× sqrt(hidden) where the family scales them: LayerSpec::embed_scale).
   static void embed_ids(const Model& m, std::span<const int32_t> ids, float* out);
-  static void head(const float* x, std::span<const Part> parts, int64_t pos0, float* xn, float* logits);
+  static void head(const float* x, std::span<const Part> parts, float* xn, float* logits);
   void layer(int l, int64_t T);
   // from: the site the layer starts at (AttnIn = the whole layer; OIn / MlpIn / DownIn: x_ holds the
   // residual and that site's buffer its input, as resume_layer sets them); save: the state to keep

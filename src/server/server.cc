@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -65,7 +66,7 @@ struct Server::Impl {
   std::condition_variable pool_cv;
   std::vector<Slot*> free_slots;
   int waiting = 0;
-  std::unique_ptr<DecodeBatcher> batcher;  // parallel > 1 and opt.batch: the sessions' decode steps together
+  std::unique_ptr<StepBatcher> batcher;  // parallel > 1 and opt.batch: the sessions' prefills and decode steps together
 
   // ---- metrics ----
   std::mutex metrics_mu;
@@ -181,11 +182,9 @@ Server::Server(std::shared_ptr<const Engine> engine, const ServerOptions& opt)
     m.slots.push_back(std::move(s));
   }
   if (o.parallel > 1 && o.batch) {
-    // At most what keeps every row exact (matmul_rowwise_max: 8–64 by ISA) and what the first
-    // session's buffers hold (a tiny --ctx); more sessions than that form several batches.
-    int64_t rows = std::min<int64_t>(o.parallel, matmul_rowwise_max());
-    for (const auto& s : m.slots) rows = std::min(rows, s->session->forward().max_batch());
-    m.batcher = std::make_unique<DecodeBatcher>(int(rows), std::chrono::microseconds(o.batch_window_us));
+    // Every session in one batch: Forward::step_batch keeps each row exact at any size (its linear
+    // groups), and the batcher keeps the rows within the first one's buffers.
+    m.batcher = std::make_unique<StepBatcher>(o.parallel, std::chrono::microseconds(o.batch_window_us));
   }
   m.routes();
 }
@@ -308,9 +307,13 @@ ChoiceResult run_choice(Server::Impl& m, Slot& slot, const std::vector<int32_t>&
   slot.tokens = int64_t(prompt.size());
   m.prompt_tokens += prompt.size();
   int64_t counted = 0;
-  std::optional<DecodeBatcher::Membership> member;
+  std::optional<StepBatcher::Membership> member;
   if (m.batcher) {
     member.emplace(*m.batcher);
+    using BP = ServerOptions::BatchPrefill;
+    const BP bp = m.opt.batch_prefill;
+    if (bp == BP::All || (bp == BP::Short && int64_t(prompt.size()) <= matmul_rowwise_rows()))
+      go.prefill = [&](Forward& f, std::span<const int32_t> p) { return member->prefill(f, p); };
     go.decode_step = [&](Forward& f, int32_t id) { return member->step(f, id); };
   }
   const GenerateResult g = slot.session->generate(prompt, go, [&](int32_t id, const TokenLogprob* lp) {
@@ -773,11 +776,18 @@ std::string Server::Impl::metrics_text() {
   metric("sinkq_cancelled_total", "counter", "generations ended early because the client went away");
   o += fmt::format("sinkq_cancelled_total {}\n", cancelled.load());
   if (batcher) {
-    const DecodeBatcher::Stats st = batcher->stats();
-    metric("sinkq_decode_batches_total", "counter", "batched decode steps run (continuous batching across sessions)");
-    o += fmt::format("sinkq_decode_batches_total {}\n", st.batches);
-    metric("sinkq_decode_batch_rows_total", "counter", "session decode steps run in those batches (÷ batches: mean batch size)");
-    o += fmt::format("sinkq_decode_batch_rows_total {}\n", st.rows);
+    const StepBatcher::Stats st = batcher->stats();
+    const std::tuple<const char*, const char*, uint64_t> counters[] = {
+        {"sinkq_batches_total", "batched forwards run (continuous batching across sessions)", st.batches},
+        {"sinkq_decode_batches_total", "batched forwards with a decode step", st.decode_batches},
+        {"sinkq_decode_batch_rows_total", "session decode steps run in those batches (÷ decode batches: mean decode batch)", st.rows},
+        {"sinkq_prefill_batch_chunks_total", "prompt chunks run in batched forwards", st.prefill_chunks},
+        {"sinkq_prefill_batch_tokens_total", "prompt tokens in those chunks", st.prefill_rows},
+        {"sinkq_mixed_batches_total", "batched forwards with both a prompt chunk and a decode step", st.mixed}};
+    for (const auto& [name, help, value] : counters) {
+      metric(name, "counter", help);
+      o += fmt::format("{} {}\n", name, value);
+    }
   }
   double tps;
   {

@@ -40,7 +40,11 @@ struct ServerOptions {
   int parallel = 1;       // sessions, i.e. requests computed at once
   int64_t ctx = 0;        // positions per session after the engine's prefix; 0: min(2048, max_context)
   int queue = 16;         // requests that may wait for a session; more: 503
-  bool batch = true;      // continuous batching of the sessions' decode steps (server/batcher.h), parallel > 1
+  bool batch = true;      // continuous batching of the sessions' prefills and decode steps (server/batcher.h), parallel > 1
+  // With batch, which prompts go into the batches (server/batcher.h); the others prefill on their
+  // request's thread. Short: those of at most matmul_rowwise_rows() tokens (they share a weight pass
+  // with the decode rows); All: every prompt, in step()'s chunks; Off: none.
+  enum class BatchPrefill { Short, All, Off } batch_prefill = BatchPrefill::Short;
   int batch_window_us = 2000;  // how long a batch waits for the members' steps after the first (batcher.h)
   std::string api_key;    // "" = no authentication; else "Authorization: Bearer KEY" on every endpoint but /health
   std::string alias;      // the model's name in /v1/models and responses ("" = from the path)

@@ -375,6 +375,8 @@ TEST(CliErrors, ContextLongerThanPositions) {
 TEST(CliErrors, BadFlagValues) {
   expect_error(run({"ppl", "-m", stories(), "-f", stories() + "/config.json", "--protocol", "wiki"}), {"--protocol", "wiki"});
   expect_error(run({"generate", "-m", stories(), "-p", "x", "--top-p", "2"}), {"--top-p"});
+  expect_error(run({"serve", "-m", stories(), "--port", "0", "--batch-prefill", "some"}),
+               {"unknown --batch-prefill 'some'", "short, all or off"});
   const RunResult r = run({"frobnicate"});
   EXPECT_FALSE(r.crashed);
   EXPECT_NE(r.rc, 0);

@@ -198,6 +198,71 @@ TEST(Engine, BatchedDecodeStepEqualsEachAlone) {
   EXPECT_EQ(b->n_past(), 2);
 }
 
+// A batch that mixes prompt chunks with decode rows (sinkq serve's prefills riding in the decode
+// steps): each sequence's logits are exactly its own step(chunk)'s, bit for bit, on every path.
+// Chunks of 1, 5 (a linear group with a decode row: the row-wise GEMV) and 70 tokens (above
+// matmul_rowwise_rows on every ISA: its own call, step()'s sgemm), in several orders, one of them
+// led by the long chunk (its buffers are the batch's workspace).
+TEST(Engine, BatchedStepEqualsEachAlone) {
+  const auto fp = Engine::open(stories());
+  for (const auto& eng : {fp, engines().sim, engines().packed, engines().packed_head}) {
+    SCOPED_TRACE(eng->describe());
+    const size_t B = 4;
+    std::vector<std::unique_ptr<Session>> batched, alone;
+    std::vector<std::vector<int32_t>> next(B);
+    for (size_t b = 0; b < B; ++b) {
+      batched.push_back(eng->new_session(192));
+      alone.push_back(eng->new_session(192));
+    }
+    // Round 1: sequence 0 and 3 get prompts alone first and then decode; 1 and 2 start with chunks.
+    for (size_t b : {size_t(0), size_t(3)}) {
+      batched[b]->eval(prompt(3, int(b) + 1));
+      const auto l = alone[b]->eval(prompt(3, int(b) + 1));
+      next[b] = {int32_t(std::max_element(l.begin(), l.end()) - l.begin())};
+    }
+    next[1] = prompt(5, 11);
+    next[2] = prompt(70, 12);
+    const std::vector<std::vector<size_t>> rounds = {{0, 1, 2, 3}, {2, 0, 3, 1}, {2, 1, 0}};
+    for (size_t r = 0; r < rounds.size(); ++r) {
+      std::vector<Forward*> seqs;
+      std::vector<std::span<const int32_t>> chunks;
+      for (size_t b : rounds[r]) {
+        seqs.push_back(&batched[b]->forward());
+        chunks.emplace_back(next[b]);
+      }
+      Forward::step_batch(seqs, chunks);
+      for (size_t b : rounds[r]) {
+        const auto want = alone[b]->eval(next[b]);
+        const auto got = batched[b]->forward().logits();
+        ASSERT_TRUE(bit_equal(std::vector<float>(got.begin(), got.end()), std::vector<float>(want.begin(), want.end())))
+            << "round " << r << ", sequence " << b << " (a chunk of " << next[b].size() << ") after "
+            << alone[b]->n_past() - int64_t(next[b].size()) << " tokens";
+        EXPECT_EQ(batched[b]->n_past(), alone[b]->n_past());
+        // Next round: 0 and 3 decode; 1 and 2 alternate between another chunk and a decode token.
+        const int32_t top = int32_t(std::max_element(want.begin(), want.end()) - want.begin());
+        next[b] = (b == 1 || b == 2) && next[b].size() == 1 ? prompt(b == 1 ? 5 : 70, int(20 + r + b))
+                                                             : std::vector<int32_t>{top};
+      }
+    }
+  }
+  // Refused before anything runs: a chunk longer than its sequence's max_batch, rows beyond the
+  // first sequence's buffers, a chunk past the context.
+  auto a = fp->new_session(16), b = fp->new_session(64), c = fp->new_session(20);
+  a->eval(prompt(2, 1));
+  const std::vector<int32_t> p17 = prompt(17, 2), p10 = prompt(10, 3), p19 = prompt(19, 4);
+  auto run = [](std::vector<Forward*> s, std::vector<std::span<const int32_t>> ch) { Forward::step_batch(s, ch); };
+  EXPECT_THAT(error_of([&] { run({&b->forward(), &a->forward()}, {p10, p17}); }),
+              HasSubstr("sequence 1: a chunk of 17 tokens (1..16: its max_batch)"));
+  EXPECT_THAT(error_of([&] { run({&a->forward(), &b->forward()}, {p10, p10}); }),
+              HasSubstr("20 rows, the first sequence's buffers hold 16"));
+  c->eval(prompt(2, 5));
+  EXPECT_THAT(error_of([&] { run({&b->forward(), &c->forward()}, {p10, p19}); }),
+              HasSubstr("sequence 1: 19 tokens after 2 already in the cache exceed the context of 20 tokens"));
+  EXPECT_EQ(a->n_past(), 2);
+  EXPECT_EQ(b->n_past(), 0);
+  EXPECT_EQ(c->n_past(), 2);
+}
+
 // logprobs(tokens, from) = log_softmax of the logits after tokens[0..i) at tokens[i], as eval()
 // gives them one prefix at a time (tolerance: one step vs many sum in another order, 1e-4 rel).
 TEST(Engine, LogprobsAreTeacherForced) {

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "calib/prefix.h"
+#include "kernels/ops.h"
 #include "sinkq/engine.h"
 #include "server/running.h"
 #include "util/testutil.h"
@@ -113,53 +114,64 @@ TEST(Server, CompletionsEqualGenerate) {
   EXPECT_EQ(m["choices"][1]["text"], continuation(*e, cat, reference_generate(*e, cat, 5, {0.0f})));
 }
 
-// Continuous batching (--parallel 3, server/batcher.h): concurrent requests decode in shared
-// steps (Forward::step_batch) and each still gets exactly the tokens it gets alone, greedy and
+// Continuous batching (--parallel 3, server/batcher.h): concurrent requests prefill and decode in
+// shared steps (Forward::step_batch) and each still gets exactly the tokens it gets alone, greedy and
 // seeded; /metrics shows that steps were shared (rows > batches). SmolLM2 so that the requests
 // overlap (~40 ms a step, 24 steps each); a fourth request waits in the queue and joins later.
 TEST(Server, ConcurrentRequestsShareDecodeStepsAndStayExact) {
   const auto& e = smol_engine();
-  ServerOptions o;
-  o.ctx = 128;
-  o.parallel = 3;
-  o.batch_window_us = 50000;  // a loaded CI host may take more than 2 ms between a session's steps
-  Running r(e, o);
-  struct Req {
-    std::string prompt;
-    float temperature;
-    uint64_t seed;
-  };
-  const std::vector<Req> reqs = {{"The capital of France is", 0.0f, 0},
-                                 {"Once upon a time, in a small village,", 0.8f, 7},
-                                 {"def fibonacci(n):\n", 0.0f, 0},
-                                 {"The three primary colors are", 1.0f, 99}};
-  static constexpr int n = 24;
-  std::vector<std::future<json>> got;
-  for (const Req& q : reqs)
-    got.push_back(std::async(std::launch::async, [&r, q] {
-      return r.post("/v1/completions", {{"prompt", q.prompt}, {"max_tokens", n}, {"temperature", q.temperature}, {"seed", q.seed}});
-    }));
-  double steps = 0;  // decode steps the requests needed: one per emitted token but the n-th
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    SamplerOptions so;
-    so.temperature = reqs[i].temperature;
-    so.seed = reqs[i].seed;
-    const std::vector<int32_t> ids = e->encode_prompt(reqs[i].prompt);
-    const json j = got[i].get();
-    EXPECT_EQ(j["choices"][0]["text"], continuation(*e, ids, reference_generate(*e, ids, n, so))) << reqs[i].prompt;
-    const int emitted = j["usage"]["completion_tokens"].get<int>();
-    steps += emitted - (emitted == n ? 1 : 0);
+  // --batch-prefill short (the default: prompts of at most matmul_rowwise_rows() tokens, here all
+  // on AVX2 / AVX-512) and all: the prompts ride in the batches too, and a request's tokens are
+  // still their own.
+  for (const auto mode : {ServerOptions::BatchPrefill::Short, ServerOptions::BatchPrefill::All}) {
+    SCOPED_TRACE(mode == ServerOptions::BatchPrefill::All ? "--batch-prefill all" : "--batch-prefill short");
+    ServerOptions o;
+    o.ctx = 128;
+    o.parallel = 3;
+    o.batch_prefill = mode;
+    o.batch_window_us = 50000;  // a loaded CI host may take more than 2 ms between a session's steps
+    Running r(e, o);
+    struct Req {
+      std::string prompt;
+      float temperature;
+      uint64_t seed;
+    };
+    const std::vector<Req> reqs = {{"The capital of France is", 0.0f, 0},
+                                   {"Once upon a time, in a small village,", 0.8f, 7},
+                                   {"def fibonacci(n):\n", 0.0f, 0},
+                                   {"The three primary colors are", 1.0f, 99}};
+    static constexpr int n = 24;
+    std::vector<std::future<json>> got;
+    for (const Req& q : reqs)
+      got.push_back(std::async(std::launch::async, [&r, q] {
+        return r.post("/v1/completions", {{"prompt", q.prompt}, {"max_tokens", n}, {"temperature", q.temperature}, {"seed", q.seed}});
+      }));
+    double steps = 0;  // decode steps the requests needed: one per emitted token but the n-th
+    double batched = 0;  // prompts that go through the batcher
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      SamplerOptions so;
+      so.temperature = reqs[i].temperature;
+      so.seed = reqs[i].seed;
+      const std::vector<int32_t> ids = e->encode_prompt(reqs[i].prompt);
+      batched += mode == ServerOptions::BatchPrefill::All || int64_t(ids.size()) <= matmul_rowwise_rows();
+      const json j = got[i].get();
+      EXPECT_EQ(j["choices"][0]["text"], continuation(*e, ids, reference_generate(*e, ids, n, so))) << reqs[i].prompt;
+      const int emitted = j["usage"]["completion_tokens"].get<int>();
+      steps += emitted - (emitted == n ? 1 : 0);
+    }
+    const std::string m = r.get("/metrics").get<std::string>();
+    auto value = [&](const std::string& name) {
+      const size_t at = m.find("\n" + name + " ");
+      EXPECT_NE(at, std::string::npos) << name;
+      return at == std::string::npos ? 0.0 : std::stod(m.substr(at + name.size() + 2));
+    };
+    const double batches = value("sinkq_decode_batches_total"), rows = value("sinkq_decode_batch_rows_total");
+    EXPECT_GT(batches, 0);
+    EXPECT_GT(rows, batches) << "no decode step was shared by two sessions";
+    EXPECT_EQ(rows, steps) << "every decode step of every request went through the batcher, once";
+    EXPECT_EQ(value("sinkq_prefill_batch_chunks_total"), batched) << "the prompts that go through the batcher did";
+    EXPECT_GT(batched, 0);
   }
-  const std::string m = r.get("/metrics").get<std::string>();
-  auto value = [&](const std::string& name) {
-    const size_t at = m.find("\n" + name + " ");
-    EXPECT_NE(at, std::string::npos) << name;
-    return at == std::string::npos ? 0.0 : std::stod(m.substr(at + name.size() + 2));
-  };
-  const double batches = value("sinkq_decode_batches_total"), rows = value("sinkq_decode_batch_rows_total");
-  EXPECT_GT(batches, 0);
-  EXPECT_GT(rows, batches) << "no decode step was shared by two sessions";
-  EXPECT_EQ(rows, steps) << "every decode step of every request went through the batcher, once";
 }
 
 // lm-eval's loglikelihood request: echo, logprobs 1, max_tokens 1, token ids. token_logprobs[1..]

@@ -396,7 +396,8 @@ void Forward::run_layer(int l, std::span<const int32_t> tokens, float* x, LayerR
   const size_t n = size_t(T * c.hidden_size);
   std::copy(x, x + n, x_.data());
   const Part self{this, 0, T};
-  layer(l, T, std::span(&self, 1), nullptr, nullptr, Site::AttnIn, at);
+  const Rows all{0, T};
+  layer(l, T, std::span(&self, 1), std::span(&all, 1), nullptr, nullptr, Site::AttnIn, at);
   std::copy(x_.data(), x_.data() + n, x);
 }
 
@@ -426,7 +427,8 @@ void Forward::resume_layer(int l, std::span<const int32_t> tokens, const LayerRe
   std::copy(r.residual.begin(), r.residual.end(), x_.data());
   std::copy(r.input.begin(), r.input.end(), site_input(r.site));
   const Part self{this, 0, T};
-  layer(l, T, std::span(&self, 1), nullptr, nullptr, r.site, nullptr);
+  const Rows all{0, T};
+  layer(l, T, std::span(&self, 1), std::span(&all, 1), nullptr, nullptr, r.site, nullptr);
   std::copy(x_.data(), x_.data() + T * c.hidden_size, x);
 }
 
@@ -486,7 +488,8 @@ void Forward::chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_
     if (!logits_out || !st.last(N)) return;
     // Final norm and LM head only for the rows whose logits are wanted.
     const Part self{this, 0, T - first_row, first_row};
-    head(x_.data() + first_row * H, std::span(&self, 1), xn_.data(), logits_out);
+    const Rows all{0, T - first_row};
+    head(x_.data() + first_row * H, std::span(&self, 1), std::span(&all, 1), xn_.data(), logits_out);
   };
   if (T <= kTeamMaxRows) run_in_team(0, body);
   else body();
@@ -507,9 +510,10 @@ void Forward::embed_ids(const Model& m, std::span<const int32_t> ids, float* out
   }
 }
 
-// The final norm, the head_in hooks, the LM head (over linear_groups(parts)) and the logits hooks
+// The final norm, the head_in hooks, the LM head (one call per group of rows) and the logits hooks
 // over the rows of `parts` (x [rows, hidden] → logits [rows, vocab]).
-void Forward::head(const float* x, std::span<const Part> parts, float* xn, float* logits) {
+void Forward::head(const float* x, std::span<const Part> parts, std::span<const Rows> groups, float* xn,
+                   float* logits) {
   const Model& m = *parts[0].f->model_;
   const ModelConfig& c = m.config();
   const ModelWeights& w = m.weights();
@@ -526,7 +530,7 @@ void Forward::head(const float* x, std::span<const Part> parts, float* xn, float
   rmsnorm(x, w.final_norm, xn, rows, c.hidden_size, c.rms_norm_eps);
   hook(Site::HeadIn, xn, c.hidden_size);
   const int64_t H = c.hidden_size, V = c.vocab_size;
-  for (const Rows& g : linear_groups(parts))
+  for (const Rows& g : groups)
     linear(xn + g.row0 * H, g.n, w.lm_head, w.lm_head_impl.get(), nullptr, logits + g.row0 * V);
   if (const float cap = c.final_softcap; cap > 0)  // Gemma 2: logits -> cap * tanh(logits / cap)
     for (int64_t i = 0; i < rows * c.vocab_size; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
@@ -538,7 +542,8 @@ void Forward::head(const float* x, std::span<const Part> parts, float* xn, float
 //   x += [post_mlp_norm] down_proj(act(gate_proj(norm(x))) * up_proj(norm(x)))
 void Forward::layer(int l, int64_t T) {
   const Part self{this, 0, T};
-  layer(l, T, std::span(&self, 1), nullptr, nullptr);
+  const Rows all{0, T};
+  layer(l, T, std::span(&self, 1), std::span(&all, 1), nullptr, nullptr);
 }
 
 // The layer over T rows of this Forward's activation buffers that belong to `parts`: rows
@@ -546,7 +551,8 @@ void Forward::layer(int l, int64_t T) {
 // KV store). The norms, residuals and linears run over all T rows at once; RoPE, the site hooks,
 // the cache writes and attention run per part. One part that is this Forward is step()'s chunk.
 // Several parts: the new K / V rows go to k_scratch / v_scratch [T, kv_dim] first.
-void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch, Site from,
+void Forward::layer(int l, int64_t T, std::span<const Part> parts, std::span<const Rows> groups, float* k_scratch,
+                    float* v_scratch, Site from,
                     LayerResume* save) {
   const ModelConfig& c = model_->config();
   const LayerSpec& spec = c.spec();
@@ -570,7 +576,6 @@ void Forward::layer(int l, int64_t T, std::span<const Part> parts, float* k_scra
   const bool one = parts.size() == 1;
   Forward& f0 = *parts[0].f;
   SINKQ_ASSERT(one || (k_scratch && v_scratch));
-  const std::vector<Rows> groups = linear_groups(parts);
   float* k = !one ? k_scratch : f0.store_ ? f0.k_new_.data() : f0.cache_.k(l) + f0.body_size() * KV;
   float* v = !one ? v_scratch : f0.store_ ? f0.v_new_.data() : f0.cache_.v(l) + f0.body_size() * KV;
 
@@ -724,17 +729,18 @@ void Forward::step_batch(std::span<Forward* const> seqs, std::span<const std::sp
     heads.push_back(Part{&f, b, 1, n - 1});  // the head sees each chunk's last row
     row += n;
   }
+  const std::vector<Rows> groups = linear_groups(parts), head_groups = linear_groups(heads);
   last.resize(size_t(B * H));
   logits.resize(size_t(B * V));
   auto body = [&] {
     embed_ids(*ws.model_, ids, ws.x_.data());
-    for (int l = 0; l < c.num_layers; ++l) ws.layer(l, T, parts, k_scratch.data(), v_scratch.data());
+    for (int l = 0; l < c.num_layers; ++l) ws.layer(l, T, parts, groups, k_scratch.data(), v_scratch.data());
     for (const Part& p : parts) p.f->advance(p.n);
     for (int64_t b = 0; b < B; ++b) {
       const float* row = ws.x_.data() + (parts[size_t(b)].row0 + parts[size_t(b)].n - 1) * H;
       std::copy(row, row + H, last.data() + b * H);
     }
-    head(last.data(), heads, ws.xn_.data(), logits.data());
+    head(last.data(), heads, head_groups, ws.xn_.data(), logits.data());
   };
   if (T <= kTeamMaxRows) run_in_team(0, body);
   else body();

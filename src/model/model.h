@@ -233,7 +233,8 @@ class Forward {
     Forward* f;
     int64_t row0, n, first = 0;
   };
-  // Row ranges [row0, row0 + n) of parts that one linear call takes (step_batch).
+  // Row ranges [row0, row0 + n) of parts that one linear call takes: step_batch's groups, computed
+  // once a step and handed to every layer and the head.
   struct Rows {
     int64_t row0, n;
   };
@@ -242,13 +243,15 @@ class Forward {
   void chunk(std::span<const int32_t> tokens, float* x_io, int64_t first_row, float* logits_out);
   // Embedding rows of `ids` (× sqrt(hidden) where the family scales them: LayerSpec::embed_scale).
   static void embed_ids(const Model& m, std::span<const int32_t> ids, float* out);
-  static void head(const float* x, std::span<const Part> parts, float* xn, float* logits);
+  // groups: the row ranges of one linear call each (linear_groups; one part: all its rows).
+  static void head(const float* x, std::span<const Part> parts, std::span<const Rows> groups, float* xn,
+                   float* logits);
   void layer(int l, int64_t T);
   // from: the site the layer starts at (AttnIn = the whole layer; OIn / MlpIn / DownIn: x_ holds the
   // residual and that site's buffer its input, as resume_layer sets them); save: the state to keep
   // before save->site's hook (nullptr: none).
-  void layer(int l, int64_t T, std::span<const Part> parts, float* k_scratch, float* v_scratch,
-             Site from = Site::AttnIn, LayerResume* save = nullptr);
+  void layer(int l, int64_t T, std::span<const Part> parts, std::span<const Rows> groups, float* k_scratch,
+             float* v_scratch, Site from = Site::AttnIn, LayerResume* save = nullptr);
   float* site_input(Site s);  // the activation buffer a resumable site's hook sees
   void advance(int64_t T);  // T new body rows are in the cache / store
   void site(Site s, int layer, float* data, int64_t T, int64_t features);

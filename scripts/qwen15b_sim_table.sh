@@ -11,7 +11,7 @@
 # ONLY="row row ..." runs just those rows (in that order) and prints every row OUT_DIR has.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-S=./build/src/cli/sinkq
+S=${SINKQ:-./build/src/cli/sinkq}  # SINKQ=path: a copy, so a rebuild cannot change the binary mid-run
 Q=$(bash scripts/fetch_model.sh)
 T=../shared/data/wikitext-2/wikitext2_test_joined.txt
 C=../shared/data/c4/c4_train_00000_first1000.jsonl
@@ -49,6 +49,9 @@ run kv4-rot --kv-bits 4 --rotate --kld
 run kv4-chan --kv-bits 4 "${KVQ[@]}" --kld
 run kv3-chan-1pct --kv-bits 3 "${KVQ[@]}" --kv-outliers 0.01 --kld
 run kv2-chan-1pct --kv-bits 2 "${KVQ[@]}" --kv-outliers 0.01 --kld
+# KVQuant with sinkq's int8 recent window (docs/kvquant.md "The recent window")
+run kv2-chan-1pct-r32 --kv-bits 2 "${KVQ[@]}" --kv-outliers 0.01 --kv-recent 32 --kld
+run kv3-chan-1pct-r128 --kv-bits 3 "${KVQ[@]}" --kv-outliers 0.01 --kv-recent 128 --kld
 run w4a8-kv3-chan-1pct --w-bits 4 --a-bits 8 --kv-bits 3 "${KVQ[@]}" --kv-outliers 0.01 --kld
 run w4a16g128 --preset w4a16g128 --kld
 run w4a8 --w-bits 4 --a-bits 8 --kld

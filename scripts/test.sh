@@ -6,7 +6,11 @@ if [ ! -d ../shared/models/stories260K ]; then
   echo "test: ../shared (models, golden outputs, tokenizers) must sit beside the checkout" >&2
   exit 1
 fi
-bash scripts/build.sh
+# The CUDA room (src/cuda) compiles on every CI host, GPU or not, so it never rots: nvcc from the
+# machine or NVIDIA's compiler packages from PyPI (scripts/cuda-toolchain.sh). Its device test
+# runs on a GPU machine (scripts/device_check.sh); tests/cuda replays its arithmetic here.
+nvcc=$(bash scripts/cuda-toolchain.sh)
+bash scripts/build.sh -DSINKQ_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc"
 # SINKQ_THREADS=2: the CI machine has 2 cores; tests compare against references, not speed.
 # OpenMP waits passively in every test (CMake sets it per test; the CLI sets it for itself).
 export SINKQ_THREADS=2

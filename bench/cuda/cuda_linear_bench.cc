@@ -1,0 +1,146 @@
+// bench/cuda/cuda_linear_bench.cc — the device linear's decode GEMV (cuda/linear.h) against the
+// device's own read bandwidth, side by side in one run (scripts/device_check.sh runs it on a GPU).
+//
+// Probe: a device-to-device cudaMemcpy of 2 GiB, bytes read + written over the median time. Each
+// GEMV row: one token through a packed [N, K] matrix, the weight bytes it must read (codes,
+// scales, zeros) over the median time per launch of 30 timings of 20 back-to-back launches (CUDA
+// events); the launches rotate
+// over enough copies of the matrix to exceed 4x the L2 cache, so each one reads from HBM. Prints a
+// table (and --json: one JSON document) with the device, driver and clocks.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/linear.h"
+#include "lowbit/formats.h"
+#include "lowbit/kernels.h"
+
+namespace {
+
+using namespace sinkq;
+using lowbit::PackedFormat;
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("cuda: {} failed: {}", what, cudaGetErrorString(e));
+}
+
+// Median over `reps` of the time of `inner` back-to-back launches, per launch (launch i of the
+// whole run gets index i, so callers rotate their inputs).
+template <class F>
+double median_ms(int reps, int inner, F&& launch) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "cudaEventCreate");
+  ck(cudaEventCreate(&b), "cudaEventCreate");
+  int n = 0;
+  for (int i = 0; i < 5; ++i) launch(n++);  // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    ck(cudaEventRecord(a), "cudaEventRecord");
+    for (int j = 0; j < inner; ++j) launch(n++);
+    ck(cudaEventRecord(b), "cudaEventRecord");
+    ck(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    ck(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(double(t) / inner);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  try {
+    std::string why;
+    if (!cuda::device_available(&why)) fail("no CUDA device: {}", why);
+    int dev = 0, driver = 0, runtime = 0;
+    ck(cudaGetDevice(&dev), "cudaGetDevice");
+    ck(cudaDriverGetVersion(&driver), "cudaDriverGetVersion");
+    ck(cudaRuntimeGetVersion(&runtime), "cudaRuntimeGetVersion");
+    cudaDeviceProp p{};
+    ck(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+    int sm_clock = 0, mem_clock = 0;
+    cudaDeviceGetAttribute(&sm_clock, cudaDevAttrClockRate, dev);
+    cudaDeviceGetAttribute(&mem_clock, cudaDevAttrMemoryClockRate, dev);
+
+    // The probe: device-to-device copy, read + write.
+    const size_t probe_bytes = size_t(2) << 30;
+    cuda::DeviceBuffer src(probe_bytes), dst(probe_bytes);
+    src.fill_zero();
+    const double copy_ms = median_ms(20, 1, [&](int) {
+      ck(cudaMemcpyAsync(dst.get(), src.get(), probe_bytes, cudaMemcpyDeviceToDevice), "cudaMemcpyAsync");
+    });
+    const double probe_gbs = 2.0 * double(probe_bytes) / (copy_ms * 1e-3) / 1e9;
+
+    struct Shape {
+      const char* model;
+      int64_t n, k;
+    };
+    const Shape shapes[] = {{"1.5B q/o", 1536, 1536}, {"1.5B gate/up", 8960, 1536}, {"1.5B down", 1536, 8960},
+                            {"1B gate/up", 5632, 2048}, {"1B down", 2048, 5632},     {"7B q", 4096, 4096},
+                            {"7B gate/up", 11008, 4096}, {"7B down", 4096, 11008}};
+    const PackedFormat formats[] = {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128_Asym,
+                                    PackedFormat::W4_G32_Asym};
+    std::mt19937_64 rng(7);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::string rows_json;
+    if (!json)
+      std::printf("device: %s; driver %d, runtime %d; SM clock %d MHz, memory clock %d MHz\n"
+                  "probe: device-to-device copy %.0f GB/s (read + write, 2 GiB, median of 20)\n\n"
+                  "%-14s %6s %6s %-14s %10s %9s %8s %7s\n",
+                  cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
+                  "shape", "N", "K", "format", "MB", "us", "GB/s", "% probe");
+    for (const Shape& s : shapes) {
+      std::vector<float> w(size_t(s.n * s.k));
+      for (float& v : w) v = nd(rng);
+      std::vector<float> x(size_t(s.k));
+      for (float& v : x) v = nd(rng);
+      cuda::DeviceBuffer xd(x.size() * sizeof(float)), yd(size_t(s.n) * sizeof(float));
+      xd.upload(x.data(), xd.bytes());
+      cuda::DeviceActivations act;
+      cuda::quantize(xd.as<float>(), 1, s.k, cuda::ActQuant{}, act);
+      for (const PackedFormat f : formats) {
+        const lowbit::KernelWeights kw = lowbit::repack(lowbit::quantize(f, w.data(), s.n, s.k));
+        std::vector<cuda::DeviceLinear> copies;
+        copies.emplace_back(kw);
+        const size_t bytes = copies[0].bytes();
+        const size_t want = std::max<size_t>(2, (size_t(4) * size_t(p.l2CacheSize) + bytes - 1) / bytes);
+        while (copies.size() < want) copies.emplace_back(kw);
+        const double ms = median_ms(30, 20, [&](int i) { copies[size_t(i) % copies.size()].gemv(act, nullptr, yd.as<float>()); });
+        ck(cudaGetLastError(), "gemv");
+        const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+        if (json) {
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"bytes\": %zu, "
+                        "\"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
+                        rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k,
+                        std::string(lowbit::traits(f).name).c_str(), bytes, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+          rows_json += buf;
+        } else {
+          std::printf("%-14s %6lld %6lld %-14s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
+                      std::string(lowbit::traits(f).name).c_str(), double(bytes) / 1e6, ms * 1e3, gbs,
+                      100.0 * gbs / probe_gbs);
+        }
+      }
+    }
+    if (json)
+      std::printf("{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
+                  "\"probe_gb_s\": %.1f, \"gemv\": [%s]}\n",
+                  cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
+                  rows_json.c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_linear_bench: error: %s\n", e.what());
+    return 1;
+  }
+}

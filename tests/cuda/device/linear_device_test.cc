@@ -1,0 +1,153 @@
+// tests/cuda/device/linear_device_test.cc — the device linear (cuda/linear.h) against the CPU, on a
+// GPU: the activation codes, scales and outputs bit for bit lowbit::quantize_dynamic /
+// quantize_static + lowbit::gemm (which equals lowbit::ref::gemm bit for bit) on every weight
+// format, odd shapes, decode and multi-token calls, clipped codes and a bias; every output
+// element written (the output is poisoned with NaN first); fresh random inputs per case; bad input
+// refused with the token and feature named. Built with -DSINKQ_CUDA=ON, not registered with ctest
+// (CI has no GPU): scripts/device_check.sh runs it, and under compute-sanitizer. Without a device
+// it fails, it does not skip: it is only ever run where one must be.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/linear.h"
+#include "formats/quantizer.h"
+#include "lowbit/formats.h"
+#include "lowbit/kernels.h"
+
+namespace sinkq::cuda {
+namespace {
+
+using lowbit::KernelWeights;
+using lowbit::PackedFormat;
+using lowbit::PackedTensor;
+
+const PackedFormat kWeights[] = {PackedFormat::W8_PerRow,   PackedFormat::W4_PerRow,    PackedFormat::W4_G32,
+                                 PackedFormat::W4_G64,      PackedFormat::W4_G128,      PackedFormat::W4_G32_Asym,
+                                 PackedFormat::W4_G64_Asym, PackedFormat::W4_G128_Asym};
+
+std::vector<float> normal(std::mt19937_64& rng, int64_t n, int64_t outlier_every, float outlier) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = d(rng) * (outlier_every > 0 && i % outlier_every == 3 ? outlier : 1.0f);
+  return v;
+}
+
+DeviceBuffer to_device(const std::vector<float>& v) {
+  DeviceBuffer b(v.size() * sizeof(float));
+  b.upload(v.data(), b.bytes());
+  return b;
+}
+
+std::vector<float> from_device(const DeviceBuffer& b, size_t n) {
+  std::vector<float> v(n);
+  b.download(v.data(), n * sizeof(float));
+  return v;
+}
+
+class CudaLinear : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    ASSERT_TRUE(device_available(&why)) << "no CUDA device: " << why;
+  }
+};
+
+// One case: W in format wf, x [T, K], optional bias; the device's y against the CPU's bits, and
+// the device's activation codes / scales against lowbit's.
+void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int64_t T, bool static_act, float wclip,
+                bool with_bias) {
+  SCOPED_TRACE(std::string(lowbit::traits(wf).name) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+               " T=" + std::to_string(T) + (static_act ? " static" : " dynamic") + " wclip=" + std::to_string(wclip) +
+               (with_bias ? " bias" : ""));
+  const std::vector<float> wv = normal(rng, N * K, 7, 6.0f), xv = normal(rng, T * K, 11, 40.0f);
+  const std::vector<float> bias = normal(rng, N, 0, 1.0f);
+  const PackedTensor wp = lowbit::quantize(wf, wv.data(), N, K, wclip);
+  const KernelWeights kw = lowbit::repack(wp);
+  PackedTensor xp;
+  ActQuant aq;
+  if (static_act) {
+    const quant::Params p = quant::compute_params(lowbit::quant_spec(PackedFormat::A8_PerTensor, 0.9f), xv.data(), T, K);
+    lowbit::quantize_static(PackedFormat::A8_PerTensor, xv.data(), T, K, p, xp);
+    aq.format = PackedFormat::A8_PerTensor;
+    aq.static_scale = p.scale[0];
+  } else {
+    lowbit::quantize_dynamic(PackedFormat::A8_PerToken, xv.data(), T, K, 1.0f, xp);
+  }
+  std::vector<float> want(size_t(T * N));
+  lowbit::gemm(xp, kw, with_bias ? bias.data() : nullptr, want.data());
+
+  const DeviceLinear dl(kw);
+  const DeviceBuffer x = to_device(xv), b = to_device(bias);
+  DeviceBuffer y = to_device(std::vector<float>(size_t(T * N), NAN));  // poisoned: every element must be written
+  DeviceActivations act;
+  dl.forward(x.as<float>(), T, aq, with_bias ? b.as<float>() : nullptr, y.as<float>(), act);
+  const std::vector<float> got = from_device(y, size_t(T * N));
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << "y[" << i << "] not written";
+  ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+      << "first y: device " << got[0] << ", cpu " << want[0];
+
+  std::vector<int8_t> codes(size_t(T * act.ldc));
+  act.codes.download(codes.data(), codes.size());
+  std::vector<float> scales(static_cast<size_t>(T));
+  act.scales.download(scales.data(), scales.size() * sizeof(float));
+  for (int64_t t = 0; t < T; ++t) {
+    ASSERT_EQ(0, std::memcmp(xp.codes.data() + t * K, codes.data() + t * act.ldc, size_t(K))) << "token " << t;
+    for (int64_t j = K; j < act.ldc; ++j) ASSERT_EQ(codes[size_t(t * act.ldc + j)], 0) << "padding of token " << t;
+    ASSERT_EQ(std::memcmp(&scales[size_t(t)], &xp.scales[static_act ? 0 : size_t(t)], sizeof(float)), 0);
+  }
+}
+
+TEST_F(CudaLinear, EqualsTheCpuBitForBitOnEveryWeightFormat) {
+  std::mt19937_64 rng(4040);
+  for (const PackedFormat wf : kWeights) {
+    const int g = lowbit::traits(wf).group;
+    const std::vector<int64_t> ks = g > 0 ? std::vector<int64_t>{g, 5 * int64_t(g), 1536}
+                                          : std::vector<int64_t>{3, 100, 257, 1536};
+    for (const int64_t K : ks)
+      for (const int64_t N : {int64_t(1), int64_t(37), int64_t(300)})
+        for (const int64_t T : {int64_t(1), int64_t(5)})
+          for (const bool static_act : {false, true})
+            check_case(rng, wf, N, K, T, static_act, static_act ? 0.8f : 1.0f, T == 5);
+  }
+}
+
+TEST_F(CudaLinear, EqualsTheCpuAtModelShapes) {
+  std::mt19937_64 rng(4041);
+  // SmolLM2 (576 / 1536), the 1B shape (2048 / 5632) and the 1.5B (1536 / 8960), decode and a short prefill.
+  const int64_t shapes[][2] = {{576, 1536}, {1536, 576}, {5632, 2048}, {2048, 5632}, {8960, 1536}, {1536, 8960}};
+  for (const auto& s : shapes)
+    for (const PackedFormat wf : {PackedFormat::W8_PerRow, PackedFormat::W4_G128_Asym, PackedFormat::W4_G32_Asym})
+      for (const int64_t T : {int64_t(1), int64_t(16)}) check_case(rng, wf, s[0], s[1], T, false, 1.0f, false);
+}
+
+TEST_F(CudaLinear, RefusesNonFiniteInputNamingTokenAndFeature) {
+  std::mt19937_64 rng(4042);
+  const std::vector<float> wv = normal(rng, 32 * 64, 0, 1.0f);
+  const DeviceLinear dl(lowbit::repack(lowbit::quantize(PackedFormat::W8_PerRow, wv.data(), 32, 64)));
+  std::vector<float> xv = normal(rng, 3 * 64, 0, 1.0f);
+  xv[size_t(2 * 64 + 17)] = INFINITY;
+  const DeviceBuffer x = to_device(xv);
+  DeviceBuffer y(3 * 32 * sizeof(float));
+  DeviceActivations act;
+  try {
+    dl.forward(x.as<float>(), 3, ActQuant{}, nullptr, y.as<float>(), act);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("token 2, feature 17"));
+  }
+  // And the bad calls the host refuses before launching anything.
+  EXPECT_THROW(dl.forward(x.as<float>(), 0, ActQuant{}, nullptr, y.as<float>(), act), Error);
+  EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A4_PerToken}, nullptr, y.as<float>(), act), Error);
+  EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A8_PerTensor, 1.0f, 0.0f}, nullptr, y.as<float>(), act),
+               Error);
+}
+
+}  // namespace
+}  // namespace sinkq::cuda

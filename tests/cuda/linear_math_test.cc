@@ -1,0 +1,176 @@
+// tests/cuda/linear_math_test.cc — the device linear's arithmetic, replayed on the host (no GPU):
+// the kernels' decomposition (cuda/linear_kernels.cu: a thread's 16-byte share of a step, passes
+// of 32 steps, warp / group reductions, the group folds in order) written with the functions of
+// cuda/linear_math.h that the kernels call, held to lowbit::ref::gemm bit for bit on every weight
+// format, awkward shapes, clipped codes and a bias. The same bits on the device are the device
+// test's (tests/cuda/device/linear_device_test.cc); this one runs in CI everywhere, so a change to
+// the shared arithmetic or to the layout it reads fails here first.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cuda/linear_math.h"
+#include "formats/uniform_int.h"
+#include "lowbit/formats.h"
+#include "lowbit/kernels.h"
+
+namespace sinkq::cuda {
+namespace {
+
+using lowbit::KernelWeights;
+using lowbit::PackedFormat;
+using lowbit::PackedTensor;
+namespace m = math;
+
+// The activation side as the quantize kernel writes it: codes padded to 64 columns, per-token
+// scales s = guard((clip · absmax) / 127) (one rounding each), 32-column code sums.
+struct Acts {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  int64_t T = 0, ldc = 0, nsum = 0;
+};
+
+Acts quantize_like_device(const std::vector<float>& x, int64_t T, int64_t cols, float clip) {
+  Acts a;
+  a.T = T, a.ldc = (cols + 63) / 64 * 64, a.nsum = (cols + m::kSumCols - 1) / m::kSumCols;
+  a.codes.assign(size_t(T * a.ldc), 0);
+  a.sums.assign(size_t(T * a.nsum), 0);
+  for (int64_t t = 0; t < T; ++t) {
+    float mx = 0.0f;
+    for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, std::fabs(x[size_t(t * cols + j)]));
+    float s = m::mul_rn(clip, mx) / 127.0f;
+    s = s >= FLT_MIN ? s : FLT_MIN;
+    a.scales.push_back(s);
+    for (int64_t j = 0; j < cols; ++j) {
+      const int c = formats::uniform::encode(x[size_t(t * cols + j)], s, 0, 8, true);
+      a.codes[size_t(t * a.ldc + j)] = int8_t(c);
+      a.sums[size_t(t * a.nsum + j / m::kSumCols)] += c;
+    }
+  }
+  return a;
+}
+
+uint32_t word(const uint8_t* p) {
+  uint32_t w;
+  std::memcpy(&w, p, 4);
+  return w;
+}
+
+// The GEMV kernel's work, thread by thread, in its order where the order matters.
+std::vector<float> replay_gemv(const KernelWeights& w, const Acts& a, const float* bias) {
+  const lowbit::FormatDesc& fd = lowbit::traits(w.format);
+  const int bits = fd.bits, sc = m::step_cols(bits);
+  const bool grouped = fd.group > 0, asym = !fd.symmetric;
+  const int64_t blocks = (w.rows + 15) / 16;
+  std::vector<float> y(size_t(a.T * w.rows), NAN);
+  for (int64_t t = 0; t < a.T; ++t)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* wb = w.codes.data() + b * w.steps * 64;
+      const int8_t* xr = a.codes.data() + t * a.ldc;
+      const int32_t* xs = a.sums.data() + t * a.nsum;
+      auto share = [&](int tid, int64_t s, int32_t acc[4]) {
+        const int q = tid % m::kQuarters;
+        const uint32_t ws[4] = {word(wb + s * 64 + q * 16), word(wb + s * 64 + q * 16 + 4),
+                                word(wb + s * 64 + q * 16 + 8), word(wb + s * 64 + q * 16 + 12)};
+        const auto* xb = reinterpret_cast<const uint8_t*>(xr + s * sc);
+        m::step_share(bits, ws, word(xb), bits == 4 ? word(xb + 4) : 0u, acc);
+      };
+      if (!grouped) {
+        int32_t sum[16] = {};
+        for (int tid = 0; tid < m::kThreads; ++tid) {
+          int32_t acc[4] = {0, 0, 0, 0};
+          for (int64_t s = tid / m::kQuarters; s < w.steps; s += m::kStepsPerPass) share(tid, s, acc);
+          for (int i = 0; i < 4; ++i) sum[4 * (tid % m::kQuarters) + i] += acc[i];
+        }
+        int32_t xsum = 0;
+        for (int64_t k = 0; k < a.nsum; ++k) xsum += xs[k];
+        for (int r = 0; r < 16 && b * 16 + r < w.rows; ++r) {
+          const float v = m::out_per_row(m::level_sum(bits, sum[r], 8, xsum), a.scales[size_t(t)],
+                                         w.scales[size_t(b * 16 + r)]);
+          y[size_t(t * w.rows + b * 16 + r)] = m::with_bias(v, bias, b * 16 + r);
+        }
+      } else {
+        const int64_t gcols = w.cols / w.groups;
+        const int spg = int(gcols / sc), gpp = m::kStepsPerPass / spg, chunks = int(gcols / m::kSumCols);
+        float f[16] = {};
+        for (int64_t p0 = 0; p0 < w.steps; p0 += m::kStepsPerPass) {
+          int32_t gs[m::kStepsPerPass / 4][16] = {};
+          for (int tid = 0; tid < m::kThreads; ++tid) {
+            const int64_t s = p0 + tid / m::kQuarters;
+            if (s >= w.steps) continue;
+            int32_t acc[4] = {0, 0, 0, 0};
+            share(tid, s, acc);
+            for (int i = 0; i < 4; ++i) gs[(tid / m::kQuarters) / spg][4 * (tid % m::kQuarters) + i] += acc[i];
+          }
+          for (int r = 0; r < 16; ++r)
+            for (int gi = 0; gi < gpp; ++gi) {
+              const int64_t g = p0 / spg + gi;
+              if (g >= w.groups) break;
+              int32_t xsum = 0;
+              for (int k = 0; k < chunks; ++k) xsum += xs[g * chunks + k];
+              const size_t pi = size_t((b * w.groups + g) * 16 + r);
+              const int32_t z = asym ? w.zeros[pi] : 8;
+              f[r] = m::fold_group(f[r], w.scales[pi], m::level_sum(4, gs[gi][r], z, xsum));
+            }
+        }
+        for (int r = 0; r < 16 && b * 16 + r < w.rows; ++r)
+          y[size_t(t * w.rows + b * 16 + r)] = m::with_bias(m::out_grouped(f[r], a.scales[size_t(t)]), bias, b * 16 + r);
+      }
+    }
+  return y;
+}
+
+std::vector<float> normal(std::mt19937_64& rng, int64_t n, float outlier_every, float outlier) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = d(rng) * (outlier_every > 0 && i % int64_t(outlier_every) == 3 ? outlier : 1.0f);
+  return v;
+}
+
+TEST(CudaLinearMath, ReplayOfTheKernelsEqualsRefGemmBitForBit) {
+  std::mt19937_64 rng(40);
+  const PackedFormat kWeights[] = {PackedFormat::W8_PerRow,   PackedFormat::W4_PerRow,    PackedFormat::W4_G32,
+                                   PackedFormat::W4_G64,      PackedFormat::W4_G128,      PackedFormat::W4_G32_Asym,
+                                   PackedFormat::W4_G64_Asym, PackedFormat::W4_G128_Asym};
+  int cases = 0;
+  for (const PackedFormat wf : kWeights) {
+    const int g = lowbit::traits(wf).group;
+    // Per-row: partial steps and several passes (257 / 4 = 65 steps of 8-bit, 33 of 4-bit);
+    // grouped: 1 group, groups spanning passes (5·g columns), and a 1.5B-like width.
+    const std::vector<int64_t> ks = g > 0 ? std::vector<int64_t>{g, 5 * int64_t(g), 1536}
+                                          : std::vector<int64_t>{3, 100, 257, 1536};
+    for (const int64_t K : ks)
+      for (const int64_t N : {int64_t(1), int64_t(37)})
+        for (const int64_t T : {int64_t(1), int64_t(3)})
+          for (const float wclip : {1.0f, 0.8f}) {  // 0.8: clipped weights, 8-bit codes at -128
+            SCOPED_TRACE(std::string(lowbit::traits(wf).name) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
+                         " T=" + std::to_string(T) + " clip=" + std::to_string(wclip));
+            const std::vector<float> wv = normal(rng, N * K, 7, 6.0f), xv = normal(rng, T * K, 11, 40.0f);
+            const std::vector<float> bias = normal(rng, N, 0, 1.0f);
+            const PackedTensor wp = lowbit::quantize(wf, wv.data(), N, K, wclip);
+            const KernelWeights kw = lowbit::repack(wp);
+            const Acts a = quantize_like_device(xv, T, K, 1.0f);
+            // The device quantizer's codes and scales are lowbit::quantize_dynamic's.
+            PackedTensor xp;
+            lowbit::quantize_dynamic(PackedFormat::A8_PerToken, xv.data(), T, K, 1.0f, xp);
+            ASSERT_EQ(0, std::memcmp(xp.scales.data(), a.scales.data(), a.scales.size() * sizeof(float)));
+            for (int64_t t = 0; t < T; ++t)
+              ASSERT_EQ(0, std::memcmp(xp.codes.data() + t * K, a.codes.data() + t * a.ldc, size_t(K)));
+            for (const bool with_bias : {false, true}) {
+              std::vector<float> want(size_t(T * N));
+              lowbit::ref::gemm(xp, wp, with_bias ? bias.data() : nullptr, want.data());
+              const std::vector<float> got = replay_gemv(kw, a, with_bias ? bias.data() : nullptr);
+              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+            }
+            ++cases;
+          }
+  }
+  EXPECT_EQ(cases, (6 * 3 + 2 * 4) * 2 * 2 * 2);  // 3 widths per grouped format, 4 per per-row one
+}
+
+}  // namespace
+}  // namespace sinkq::cuda

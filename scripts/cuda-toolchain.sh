@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Prints the path of an nvcc that builds src/cuda (CUDA 12.8 or newer: sm_90a and sm_80 targets).
+# Prints the path of an nvcc that builds src/cuda (CUDA 12.0 or newer: the sm_90a target).
 # Uses nvcc from PATH or /usr/local/cuda; otherwise installs NVIDIA's compiler packages from PyPI
 # (nvidia-cuda-nvcc, -runtime, -crt, -cccl and nvidia-nvvm; never imported, only their files used) into
 # ~/.cache/sinkq-cuda, once, and prints that nvcc. No GPU is needed to compile.
 set -euo pipefail
-want_major=12 want_minor=8
+want_major=12 want_minor=0
 ok() {  # nvcc path -> is it new enough?
   local v
   v=$("$1" --version 2>/dev/null | sed -n 's/.*release \([0-9]*\)\.\([0-9]*\).*/\1 \2/p') || return 1

@@ -4,7 +4,7 @@
 // Probe: a device-to-device cudaMemcpy of 2 GiB, bytes read + written over the median time. Each
 // GEMV row: one token through a packed [N, K] matrix, the weight bytes it must read (codes,
 // scales, zeros) over the median time per launch of 30 timings of 20 back-to-back launches (CUDA
-// events); the launches rotate
+// events), for each GEMV variant (unroll 1 and 4); the launches rotate
 // over enough copies of the matrix to exceed 4x the L2 cache, so each one reads from HBM. Prints a
 // table (and --json: one JSON document) with the device, driver and clocks.
 #include <cuda_runtime_api.h>
@@ -18,6 +18,7 @@
 
 #include "core/error.h"
 #include "cuda/linear.h"
+#include "cuda/linear_kernels.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
 
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
     if (!json)
       std::printf("device: %s; driver %d, runtime %d; SM clock %d MHz, memory clock %d MHz\n"
                   "probe: device-to-device copy %.0f GB/s (read + write, 2 GiB, median of 20)\n\n"
-                  "%-14s %6s %6s %-14s %10s %9s %8s %7s\n",
+                  "%-14s %6s %6s %-17s %10s %9s %8s %7s\n",
                   cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
                   "shape", "N", "K", "format", "MB", "us", "GB/s", "% probe");
     for (const Shape& s : shapes) {
@@ -115,21 +116,26 @@ int main(int argc, char** argv) {
         const size_t bytes = copies[0].bytes();
         const size_t want = std::max<size_t>(2, (size_t(4) * size_t(p.l2CacheSize) + bytes - 1) / bytes);
         while (copies.size() < want) copies.emplace_back(kw);
-        const double ms = median_ms(30, 20, [&](int i) { copies[size_t(i) % copies.size()].gemv(act, nullptr, yd.as<float>()); });
-        ck(cudaGetLastError(), "gemv");
-        const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
-        if (json) {
-          char buf[512];
-          std::snprintf(buf, sizeof buf,
-                        "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"bytes\": %zu, "
-                        "\"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
-                        rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k,
-                        std::string(lowbit::traits(f).name).c_str(), bytes, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
-          rows_json += buf;
-        } else {
-          std::printf("%-14s %6lld %6lld %-14s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
-                      std::string(lowbit::traits(f).name).c_str(), double(bytes) / 1e6, ms * 1e3, gbs,
-                      100.0 * gbs / probe_gbs);
+        for (const int unroll : cuda::detail::kGemvUnrolls) {
+          const double ms = median_ms(30, 20, [&](int i) {
+            copies[size_t(i) % copies.size()].gemv(act, nullptr, yd.as<float>(), unroll);
+          });
+          ck(cudaGetLastError(), "gemv");
+          const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+          const std::string fname = std::string(lowbit::traits(f).name) + " u" + std::to_string(unroll);
+          if (json) {
+            char buf[512];
+            std::snprintf(buf, sizeof buf,
+                          "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"unroll\": %d, "
+                          "\"bytes\": %zu, \"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
+                          rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k,
+                          std::string(lowbit::traits(f).name).c_str(), unroll, bytes, ms * 1e3, gbs,
+                          100.0 * gbs / probe_gbs);
+            rows_json += buf;
+          } else {
+            std::printf("%-14s %6lld %6lld %-17s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
+                        fname.c_str(), double(bytes) / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+          }
         }
       }
     }

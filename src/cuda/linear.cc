@@ -160,9 +160,11 @@ DeviceLinear::DeviceLinear(const lowbit::KernelWeights& w) : format_(w.format) {
   }
 }
 
-void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* y) const {
+void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* y, int unroll) const {
   SINKQ_CHECK(act.cols == cols_, "cuda linear: activations have {} features, weights {}", act.cols, cols_);
+  SINKQ_CHECK(unroll == 1 || unroll == 4, "cuda linear: unroll {} (1 or 4)", unroll);
   detail::GemvArgs a;
+  a.unroll = unroll;
   a.bits = bits_, a.grouped = grouped_, a.asymmetric = asymmetric_;
   a.rows = rows_, a.cols = cols_, a.steps = steps_, a.groups = groups_;
   a.codes = codes_.as<uint8_t>(), a.wscales = scales_.as<float>(), a.wzeros = zeros_.as<int32_t>();
@@ -174,9 +176,9 @@ void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* 
 }
 
 void DeviceLinear::forward(const float* x, int64_t T, const ActQuant& q, const float* bias, float* y,
-                           DeviceActivations& scratch) const {
+                           DeviceActivations& scratch, int unroll) const {
   quantize(x, T, cols_, q, scratch);
-  gemv(scratch, bias, y);
+  gemv(scratch, bias, y, unroll);
   check(cudaDeviceSynchronize(), "gemv");
 }
 

@@ -72,11 +72,12 @@ class DeviceLinear {
   // y[T, rows] = Q(x)·ŵᵀ (+ bias[rows]); x [T, cols], bias and y are device pointers. Throws
   // sinkq::Error naming the token and feature of a non-finite input under dynamic quantization
   // (as lowbit::quantize_dynamic does), or for a bad ActQuant. Synchronous.
+  // unroll: the GEMV's passes per round (1 or 4: loads in flight per thread; the same bits).
   void forward(const float* x, int64_t T, const ActQuant& q, const float* bias, float* y,
-               DeviceActivations& scratch) const;
+               DeviceActivations& scratch, int unroll = 4) const;
   // The GEMV alone over activations already quantized into `act` (by quantize()), asynchronous on
   // the default stream: what a benchmark times.
-  void gemv(const DeviceActivations& act, const float* bias, float* y) const;
+  void gemv(const DeviceActivations& act, const float* bias, float* y, int unroll = 4) const;
 
  private:
   lowbit::PackedFormat format_;

@@ -72,12 +72,14 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_a8_kernel(QuantArgs a)
 
 // One thread block per (16-row block b, token t); thread tid takes quarter q = tid % 4 (rows
 // 4q..4q+3) of steps tid / 4, tid / 4 + 32, ... (a pass reads 32 consecutive steps, 2 KiB,
-// coalesced). Per-row formats: each thread sums its rows over all its steps, then the warp's
-// lanes of one quarter (shuffles) and the warps (shared memory) are added: exact integers. Grouped
-// formats (4-bit, groups of 32..256 columns: 4..32 steps, so a pass holds whole groups): each pass
-// adds its shares into per-(group, row) sums in shared memory, then thread r < 16 folds the pass's
-// groups into row r's fp32 sum in ascending group order (the CPU's order).
-template <int BITS, bool GROUPED>
+// coalesced); U passes make a round, their loads issued before any is used (U 16-byte loads in
+// flight per thread). Per-row formats: each thread sums its rows over all its steps, then the
+// warp's lanes of one quarter (shuffles) and the warps (shared memory) are added: exact integers.
+// Grouped formats (4-bit, groups of 32..256 columns: 4..32 steps, so a pass holds whole groups):
+// each round adds its shares into per-(group, row) sums in shared memory, then thread r < 16 folds
+// the round's groups into row r's fp32 sum in ascending group order (the CPU's order). U changes
+// neither sum nor order: every U gives the same bits.
+template <int BITS, bool GROUPED, int U>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   const int64_t b = blockIdx.x, t = blockIdx.y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -86,21 +88,39 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   const uint8_t* wb = a.codes + b * a.steps * 64;
   const int8_t* xr = a.xcodes + t * a.ldx;
   const int32_t* xs = a.xsums + t * a.nsum;
-  auto share = [&](int64_t s, int32_t acc[4]) {
-    const uint4 w4 = __ldg(reinterpret_cast<const uint4*>(wb + s * 64 + q * 16));
-    const uint32_t w[4] = {w4.x, w4.y, w4.z, w4.w};
-    const uint32_t x_lo = *reinterpret_cast<const uint32_t*>(xr + s * SC);
-    const uint32_t x_hi = BITS == 4 ? *reinterpret_cast<const uint32_t*>(xr + s * SC + 4) : 0u;
-    step_share(BITS, w, x_lo, x_hi, acc);
+  // The round starting at step p0 + s0: loads first, then the dots (acc[u][i]: pass u, row 4q + i).
+  auto round = [&](int64_t p0, int32_t (&acc)[U][4]) {
+    uint4 w4[U];
+    uint32_t x_lo[U], x_hi[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t s = p0 + u * kStepsPerPass + s0;
+      if (s < a.steps) {
+        w4[u] = __ldg(reinterpret_cast<const uint4*>(wb + s * 64 + q * 16));
+        x_lo[u] = *reinterpret_cast<const uint32_t*>(xr + s * SC);
+        x_hi[u] = BITS == 4 ? *reinterpret_cast<const uint32_t*>(xr + s * SC + 4) : 0u;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (p0 + u * kStepsPerPass + s0 < a.steps) {
+        const uint32_t w[4] = {w4[u].x, w4[u].y, w4[u].z, w4[u].w};
+        step_share(BITS, w, x_lo[u], x_hi[u], acc[u]);
+      }
+    }
   };
   if constexpr (!GROUPED) {
-    int32_t acc[4] = {0, 0, 0, 0};
-    for (int64_t s = s0; s < a.steps; s += kStepsPerPass) share(s, acc);
+    int32_t acc[U][4] = {};
+    for (int64_t p0 = 0; p0 < a.steps; p0 += int64_t(U) * kStepsPerPass) round(p0, acc);
+    int32_t tot[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      for (int i = 0; i < 4; ++i) tot[i] += acc[u][i];
     for (int off = kQuarters; off < 32; off <<= 1)
-      for (int i = 0; i < 4; ++i) acc[i] += __shfl_xor_sync(kFull, acc[i], off);
+      for (int i = 0; i < 4; ++i) tot[i] += __shfl_xor_sync(kFull, tot[i], off);
     __shared__ int32_t part[kThreads / 32][16];
     if (lane < kQuarters)
-      for (int i = 0; i < 4; ++i) part[warp][4 * lane + i] = acc[i];
+      for (int i = 0; i < 4; ++i) part[warp][4 * lane + i] = tot[i];
     __syncthreads();
     if (tid < 16) {
       const int64_t row = b * 16 + tid;
@@ -120,21 +140,24 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     const int gpp = kStepsPerPass / spg;         // groups per pass
     const int chunks = int(gcols / kSumCols);    // 32-column sums per group
     const int red = spg < 8 ? spg : 8;           // a warp's steps (8) in one group: all, or spg
-    __shared__ int32_t gs[kStepsPerPass / 4][16];
-    for (int i = tid; i < (kStepsPerPass / 4) * 16; i += kThreads) (&gs[0][0])[i] = 0;
+    constexpr int kGroupsPerPass = kStepsPerPass / 4;
+    __shared__ int32_t gs[U * kGroupsPerPass][16];
+    for (int i = tid; i < U * kGroupsPerPass * 16; i += kThreads) (&gs[0][0])[i] = 0;
     __syncthreads();
     float f = 0.0f;
-    for (int64_t p0 = 0; p0 < a.steps; p0 += kStepsPerPass) {
-      int32_t acc[4] = {0, 0, 0, 0};
-      const int64_t s = p0 + s0;
-      if (s < a.steps) share(s, acc);
-      for (int off = kQuarters; off < kQuarters * red; off <<= 1)
-        for (int i = 0; i < 4; ++i) acc[i] += __shfl_xor_sync(kFull, acc[i], off);
-      if (((lane / kQuarters) & (red - 1)) == 0 && s < a.steps)
-        for (int i = 0; i < 4; ++i) atomicAdd(&gs[s0 / spg][4 * q + i], acc[i]);
+    for (int64_t p0 = 0; p0 < a.steps; p0 += int64_t(U) * kStepsPerPass) {
+      int32_t acc[U][4] = {};
+      round(p0, acc);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        for (int off = kQuarters; off < kQuarters * red; off <<= 1)
+          for (int i = 0; i < 4; ++i) acc[u][i] += __shfl_xor_sync(kFull, acc[u][i], off);
+        if (((lane / kQuarters) & (red - 1)) == 0 && p0 + u * kStepsPerPass + s0 < a.steps)
+          for (int i = 0; i < 4; ++i) atomicAdd(&gs[u * gpp + s0 / spg][4 * q + i], acc[u][i]);
+      }
       __syncthreads();
       if (tid < 16) {
-        for (int gi = 0; gi < gpp; ++gi) {
+        for (int gi = 0; gi < U * gpp; ++gi) {
           const int64_t g = p0 / spg + gi;
           if (g >= a.groups) break;
           int32_t xsum = 0;
@@ -154,6 +177,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   }
 }
 
+template <int U>
+void launch_gemv_u(const GemvArgs& a, dim3 grid, cudaStream_t st) {
+  if (a.bits == 8) gemv_kernel<8, false, U><<<grid, kThreads, 0, st>>>(a);
+  else if (!a.grouped) gemv_kernel<4, false, U><<<grid, kThreads, 0, st>>>(a);
+  else gemv_kernel<4, true, U><<<grid, kThreads, 0, st>>>(a);
+}
+
 }  // namespace
 
 void launch_quantize_a8(const QuantArgs& a, void* stream) {
@@ -163,9 +193,8 @@ void launch_quantize_a8(const QuantArgs& a, void* stream) {
 void launch_gemv(const GemvArgs& a, void* stream) {
   const dim3 grid(unsigned((a.rows + 15) / 16), unsigned(a.T));
   cudaStream_t st = static_cast<cudaStream_t>(stream);
-  if (a.bits == 8) gemv_kernel<8, false><<<grid, kThreads, 0, st>>>(a);
-  else if (!a.grouped) gemv_kernel<4, false><<<grid, kThreads, 0, st>>>(a);
-  else gemv_kernel<4, true><<<grid, kThreads, 0, st>>>(a);
+  if (a.unroll == 4) launch_gemv_u<4>(a, grid, st);
+  else launch_gemv_u<1>(a, grid, st);
 }
 
 }  // namespace sinkq::cuda::detail

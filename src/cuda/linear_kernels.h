@@ -26,8 +26,11 @@ struct QuantArgs {
 void launch_quantize_a8(const QuantArgs& a, void* stream);
 
 // y[T, rows] = x̂ · ŵᵀ (+ bias) over lowbit::KernelWeights' arrays as uploaded: one thread block
-// per (16-row block, token).
+// per (16-row block, token). unroll: passes of 32 steps whose loads a thread issues together (1 or
+// 4; the same bits either way).
+inline constexpr int kGemvUnrolls[] = {1, 4};
 struct GemvArgs {
+  int unroll = 4;
   int bits = 8;
   bool grouped = false, asymmetric = false;
   int64_t rows = 0, cols = 0, steps = 0, groups = 1;

@@ -85,13 +85,15 @@ void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int
 
   const DeviceLinear dl(kw);
   const DeviceBuffer x = to_device(xv), b = to_device(bias);
-  DeviceBuffer y = to_device(std::vector<float>(size_t(T * N), NAN));  // poisoned: every element must be written
   DeviceActivations act;
-  dl.forward(x.as<float>(), T, aq, with_bias ? b.as<float>() : nullptr, y.as<float>(), act);
-  const std::vector<float> got = from_device(y, size_t(T * N));
-  for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << "y[" << i << "] not written";
-  ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
-      << "first y: device " << got[0] << ", cpu " << want[0];
+  for (const int unroll : {1, 4}) {  // both GEMV variants: the same bits
+    DeviceBuffer y = to_device(std::vector<float>(size_t(T * N), NAN));  // poisoned: every element must be written
+    dl.forward(x.as<float>(), T, aq, with_bias ? b.as<float>() : nullptr, y.as<float>(), act, unroll);
+    const std::vector<float> got = from_device(y, size_t(T * N));
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << "y[" << i << "] not written, unroll " << unroll;
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+        << "unroll " << unroll << ", first y: device " << got[0] << ", cpu " << want[0];
+  }
 
   std::vector<int8_t> codes(size_t(T * act.ldc));
   act.codes.download(codes.data(), codes.size());

@@ -120,6 +120,16 @@ TEST_F(CudaLinear, EqualsTheCpuBitForBitOnEveryWeightFormat) {
   }
 }
 
+// A few cases per format, small enough for compute-sanitizer's memcheck and racecheck
+// (scripts/device_check.sh runs them there): groups spanning passes, a partial row block, T = 2.
+TEST_F(CudaLinear, SmallCasesForTheSanitizers) {
+  std::mt19937_64 rng(4043);
+  for (const PackedFormat wf : kWeights) {
+    const int g = lowbit::traits(wf).group;
+    check_case(rng, wf, 37, g > 0 ? 40 * int64_t(g) : 1100, 2, false, 1.0f, true);
+  }
+}
+
 TEST_F(CudaLinear, EqualsTheCpuAtModelShapes) {
   std::mt19937_64 rng(4041);
   // SmolLM2 (576 / 1536), the 1B shape (2048 / 5632) and the 1.5B (1536 / 8960), decode and a short prefill.

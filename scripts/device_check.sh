@@ -42,9 +42,8 @@ for tool in memcheck racecheck; do
 done
 
 step "benchmark"
-run timeout 120 "$B/bin/sinkq_cuda_bench" >"$OUT/bench.txt" 2>&1
+run timeout 180 "$B/bin/sinkq_cuda_bench" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
 summary+=("bench: rc=$?")
-run timeout 120 "$B/bin/sinkq_cuda_bench" --json >"$OUT/bench.json" 2>/dev/null
 
 step "PyTorch baseline"
 timeout 120 python3 bench/cuda/torch_gemv.py >"$OUT/torch.txt" 2>&1

@@ -6,7 +6,8 @@
 // scales, zeros) over the median time per launch of 30 timings of 20 back-to-back launches (CUDA
 // events), for each GEMV variant (unroll 1 and 4); the launches rotate
 // over enough copies of the matrix to exceed 4x the L2 cache, so each one reads from HBM. Prints a
-// table (and --json: one JSON document) with the device, driver and clocks.
+// table with the device, driver and clocks; --json FILE also writes the figures there as one JSON
+// document.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -59,7 +60,11 @@ double median_ms(int reps, int inner, F&& launch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool json = argc > 1 && std::strcmp(argv[1], "--json") == 0;
+  const char* json_path = argc > 2 && std::strcmp(argv[1], "--json") == 0 ? argv[2] : nullptr;
+  if (argc > 1 && !json_path) {
+    std::fprintf(stderr, "usage: sinkq_cuda_bench [--json FILE]\n");
+    return 2;
+  }
   try {
     std::string why;
     if (!cuda::device_available(&why)) fail("no CUDA device: {}", why);
@@ -94,12 +99,11 @@ int main(int argc, char** argv) {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::string rows_json;
-    if (!json)
-      std::printf("device: %s; driver %d, runtime %d; SM clock %d MHz, memory clock %d MHz\n"
-                  "probe: device-to-device copy %.0f GB/s (read + write, 2 GiB, median of 20)\n\n"
-                  "%-14s %6s %6s %-17s %10s %9s %8s %7s\n",
-                  cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
-                  "shape", "N", "K", "format", "MB", "us", "GB/s", "% probe");
+    std::printf("device: %s; driver %d, runtime %d; SM clock %d MHz, memory clock %d MHz\n"
+                "probe: device-to-device copy %.0f GB/s (read + write, 2 GiB, median of 20)\n\n"
+                "%-14s %6s %6s %-17s %10s %9s %8s %7s\n",
+                cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
+                "shape", "N", "K", "format", "MB", "us", "GB/s", "% probe");
     for (const Shape& s : shapes) {
       std::vector<float> w(size_t(s.n * s.k));
       for (float& v : w) v = nd(rng);
@@ -123,27 +127,28 @@ int main(int argc, char** argv) {
           ck(cudaGetLastError(), "gemv");
           const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
           const std::string fname = std::string(lowbit::traits(f).name) + " u" + std::to_string(unroll);
-          if (json) {
-            char buf[512];
-            std::snprintf(buf, sizeof buf,
-                          "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"unroll\": %d, "
-                          "\"bytes\": %zu, \"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
-                          rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k,
-                          std::string(lowbit::traits(f).name).c_str(), unroll, bytes, ms * 1e3, gbs,
-                          100.0 * gbs / probe_gbs);
-            rows_json += buf;
-          } else {
-            std::printf("%-14s %6lld %6lld %-17s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
-                        fname.c_str(), double(bytes) / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
-          }
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"unroll\": %d, "
+                        "\"bytes\": %zu, \"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
+                        rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k,
+                        std::string(lowbit::traits(f).name).c_str(), unroll, bytes, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+          rows_json += buf;
+          std::printf("%-14s %6lld %6lld %-17s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
+                      fname.c_str(), double(bytes) / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
         }
       }
     }
-    if (json)
-      std::printf("{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
-                  "\"probe_gb_s\": %.1f, \"gemv\": [%s]}\n",
-                  cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
-                  rows_json.c_str());
+    if (json_path) {
+      FILE* jf = std::fopen(json_path, "w");
+      if (!jf) fail("cannot write {}", json_path);
+      std::fprintf(jf,
+                   "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
+                   "\"probe_gb_s\": %.1f, \"gemv\": [%s]}\n",
+                   cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
+                   rows_json.c_str());
+      std::fclose(jf);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_linear_bench: error: %s\n", e.what());

@@ -7,7 +7,8 @@
 // events), for each GEMV variant (unroll 1 and 4); the launches rotate
 // over enough copies of the matrix to exceed 4x the L2 cache, so each one reads from HBM. Prints a
 // table with the device, driver and clocks; --json FILE also writes the figures there as one JSON
-// document.
+// document. Then decode attention (cuda/attention.h) over one layer's int8 / int4 KV body at the
+// 1B (32 / 4 heads of 64) and 7B (32 / 32 of 128) shapes, 4K to 256K tokens, the same way.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,10 +19,12 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/attention.h"
 #include "cuda/linear.h"
 #include "cuda/linear_kernels.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
+#include "lowbit/kv_kernels.h"
 
 namespace {
 
@@ -139,14 +142,57 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Decode attention (T = 1) over one layer's packed KV body: the body bytes the visible rows
+    // hold (K and V codes and scales) over the median time per call.
+    struct AttnShapeRow {
+      const char* model;
+      int heads, kv_heads, dim;
+    };
+    const AttnShapeRow ashapes[] = {{"1B", 32, 4, 64}, {"7B", 32, 32, 128}};
+    std::printf("\n%-5s %6s %8s %-14s %10s %9s %8s %7s\n", "attn", "heads", "ctx", "body", "MB", "us", "GB/s",
+                "% probe");
+    std::string attn_json;
+    for (const AttnShapeRow& as : ashapes)
+      for (const int64_t ctx : {int64_t(4096), int64_t(32768), int64_t(262144)})
+        for (const PackedFormat kf : {PackedFormat::KV8_PerHead, PackedFormat::KV4_PerHead}) {
+          if (as.kv_heads == 32 && ctx > 32768) continue;  // 7B at 256K: 2 GiB a layer, and minutes of filling
+          lowbit::PackedKvCache cache(kf, 1, as.kv_heads, as.dim, ctx);
+          const int64_t C = int64_t(as.kv_heads) * as.dim, chunk = 4096;
+          std::vector<float> kv(size_t(chunk * C));
+          for (int64_t r0 = 0; r0 < ctx; r0 += chunk) {
+            for (float& v : kv) v = nd(rng);
+            cache.store(0, r0, kv.data(), kv.data(), std::min(chunk, ctx - r0));
+          }
+          const cuda::DeviceKvLayer body(cache, 0);
+          std::vector<float> q(size_t(as.heads) * as.dim);
+          for (float& v : q) v = nd(rng);
+          cuda::DeviceBuffer qd(q.size() * sizeof(float)), od(q.size() * sizeof(float)), scratch;
+          qd.upload(q.data(), qd.bytes());
+          const AttnShape s{as.heads, as.kv_heads, as.dim, 0};
+          const double ms = median_ms(10, 5, [&](int) {
+            cuda::attention_packed(s, qd.as<float>(), nullptr, nullptr, 0, body, ctx - 1, 1, od.as<float>(), scratch);
+          });
+          const double bytes = double(body.bytes());
+          const double gbs = bytes / (ms * 1e-3) / 1e9;
+          const char* fname = lowbit::kv_traits(kf).name;
+          std::printf("%-5s %3d/%-2d %8lld %-14s %10.1f %9.1f %8.0f %6.0f%%\n", as.model, as.heads, as.kv_heads,
+                      (long long)ctx, fname, bytes / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+          char buf[512];
+          std::snprintf(buf, sizeof buf,
+                        "%s{\"shape\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"ctx\": %lld, "
+                        "\"body\": \"%s\", \"bytes\": %.0f, \"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
+                        attn_json.empty() ? "" : ", ", as.model, as.heads, as.kv_heads, as.dim, (long long)ctx, fname,
+                        bytes, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+          attn_json += buf;
+        }
     if (json_path) {
       FILE* jf = std::fopen(json_path, "w");
       if (!jf) fail("cannot write {}", json_path);
       std::fprintf(jf,
                    "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
-                   "\"probe_gb_s\": %.1f, \"gemv\": [%s]}\n",
+                   "\"probe_gb_s\": %.1f, \"gemv\": [%s], \"attention\": [%s]}\n",
                    cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
-                   rows_json.c_str());
+                   rows_json.c_str(), attn_json.c_str());
       std::fclose(jf);
     }
     return 0;

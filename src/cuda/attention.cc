@@ -1,0 +1,90 @@
+// sinkq/cuda/attention.cc — the host side of cuda/attention.h.
+#include "cuda/attention.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "cuda/attention_kernels.h"
+#include "lowbit/formats.h"
+
+namespace sinkq::cuda {
+
+namespace {
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("cuda: {} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+}  // namespace
+
+DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
+    : kv_heads_(c.kv_heads()), head_dim_(c.head_dim()), capacity_(c.capacity()) {
+  SINKQ_CHECK(layer >= 0 && layer < c.num_layers(), "cuda attention: layer {} of {}", layer, c.num_layers());
+  const lowbit::FormatDesc& t = c.info();
+  const int64_t nparam = lowbit::kv_param_count(t, kv_heads_, capacity_);
+  for (const bool value : {false, true}) {
+    Side& side = value ? v_ : k_;
+    const lowbit::KvRows r0 = c.rows(layer, value, 0);
+    side.ld = r0.ld, side.ls = r0.ls, side.bits = r0.bits;
+    side.head_step = kv_heads_ > 1 ? c.rows(layer, value, 1).scale - r0.scale : 0;
+    side.codes = DeviceBuffer(size_t(capacity_ * r0.ld));
+    side.codes.upload(r0.codes, side.codes.bytes());
+    side.scales = DeviceBuffer(size_t(nparam) * sizeof(float));
+    side.scales.upload(r0.scale, side.scales.bytes());
+    if (r0.zero) {
+      side.zeros = DeviceBuffer(size_t(nparam));
+      side.zeros.upload(r0.zero, side.zeros.bytes());
+    }
+  }
+}
+
+size_t DeviceKvLayer::bytes() const {
+  size_t n = 0;
+  for (const Side* s : {&k_, &v_}) n += s->codes.bytes() + s->scales.bytes() + s->zeros.bytes();
+  return n;
+}
+
+void attention_packed(const AttnShape& s, const float* q, const float* prefix_k, const float* prefix_v, int64_t P,
+                      const DeviceKvLayer& body, int64_t n_past, int64_t T, float* out, DeviceBuffer& scratch) {
+  SINKQ_CHECK(s.n_heads > 0 && s.n_kv_heads == body.kv_heads() && s.n_heads % s.n_kv_heads == 0 &&
+                  s.head_dim == body.head_dim(),
+              "cuda attention: {} heads over {} kv heads of {} against a body of {} x {}", s.n_heads, s.n_kv_heads,
+              s.head_dim, body.kv_heads(), body.head_dim());
+  SINKQ_CHECK(s.n_heads / s.n_kv_heads <= detail::kAttnMaxHeads && s.head_dim <= detail::kAttnMaxHeadDim,
+              "cuda attention: {} query heads per kv head, head_dim {}: the kernels take <= {} and <= {}",
+              s.n_heads / s.n_kv_heads, s.head_dim, detail::kAttnMaxHeads, detail::kAttnMaxHeadDim);
+  SINKQ_CHECK(T >= 1 && n_past >= 0 && P >= 0 && n_past + T <= body.capacity(),
+              "cuda attention: rows [0, {}) beyond the body's {}", n_past + T, body.capacity());
+  detail::AttnArgs a;
+  a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim, a.window = s.sliding_window;
+  a.scale = s.score_scale(), a.softcap = s.softcap;
+  a.pk = prefix_k, a.pv = prefix_v, a.P = P;
+  for (const bool value : {false, true}) {
+    const DeviceKvLayer::Side& side = value ? body.v_ : body.k_;
+    detail::KvBodyDev& d = value ? a.v : a.k;
+    d.codes = side.codes.as<uint8_t>(), d.ld = side.ld, d.scale = side.scales.as<float>(), d.ls = side.ls;
+    d.head_step = side.head_step, d.zero = side.zeros.as<uint8_t>(), d.bits = side.bits;
+  }
+  // Splits: enough for the most keys any token of the call sees. Tokens in chunks so the partials
+  // stay within 256 MiB and the grid within 65,535 blocks a column.
+  const int64_t max_keys = P + n_past + T;
+  const int64_t keys = s.sliding_window > 0 ? std::min<int64_t>(max_keys, s.sliding_window) : max_keys;
+  a.nsplit = int((keys + detail::kAttnSplitRows - 1) / detail::kAttnSplitRows);
+  const int64_t per_token = int64_t(s.n_heads) * a.nsplit * (s.head_dim + 2) * int64_t(sizeof(float));
+  const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>({T, (int64_t(256) << 20) / per_token,
+                                                                 65535 / s.n_kv_heads}));
+  if (scratch.bytes() < size_t(chunk * per_token)) scratch = DeviceBuffer(size_t(chunk * per_token));
+  a.part = scratch.as<float>();
+  const int64_t HD = int64_t(s.n_heads) * s.head_dim;
+  for (int64_t t0 = 0; t0 < T; t0 += chunk) {
+    a.T = std::min(chunk, T - t0);
+    a.n_past = n_past + t0;
+    a.q = q + t0 * HD;
+    a.out = out + t0 * HD;
+    detail::launch_attention(a, nullptr);
+    check(cudaGetLastError(), "attention launch");
+  }
+  check(cudaDeviceSynchronize(), "attention");
+}
+
+}  // namespace sinkq::cuda

@@ -1,0 +1,50 @@
+// sinkq/cuda/attention.h — attention over [fp32 prefix; packed int8 / int4 KV body] on a CUDA
+// device: a layer of lowbit::PackedKvCache held in device memory as the CPU holds it, and causal
+// GQA attention over it with the shared fp32 prefix in front (PrefixQuant / IntactKV), a sliding
+// window and Gemma's soft-cap, as lowbit::attention_packed computes it (its double oracle,
+// lowbit::ref::attention_packed, is the device test's reference). Flash-decoding: the visible keys
+// of each (token, kv head) in splits of 128 rows, one thread block each, merged in order
+// (cuda/attention_kernels.cu). Not yet: the codebook (nuqX) body, the int8 recent window, fp16
+// prefix storage, a store() on the device (rows are uploaded from the CPU cache).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/linear.h"
+#include "kernels/ops.h"
+#include "lowbit/kv_kernels.h"
+
+namespace sinkq::cuda {
+
+// One layer's K and V body on the device (all `capacity` rows of the CPU cache's arrays).
+class DeviceKvLayer {
+ public:
+  // Throws sinkq::Error for a layer out of range or a device error.
+  DeviceKvLayer(const lowbit::PackedKvCache& c, int layer);
+  int kv_heads() const { return kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  int64_t capacity() const { return capacity_; }
+  size_t bytes() const;
+
+ private:
+  friend void attention_packed(const AttnShape&, const float*, const float*, const float*, int64_t,
+                               const DeviceKvLayer&, int64_t, int64_t, float*, DeviceBuffer&);
+  struct Side {
+    DeviceBuffer codes, scales, zeros;
+    int64_t ld = 0, ls = 0, head_step = 0;
+    int bits = 8;
+  };
+  Side k_, v_;
+  int kv_heads_ = 0, head_dim_ = 0;
+  int64_t capacity_ = 0;
+};
+
+// out [T, n_heads, head_dim] = attention of q [T, n_heads, head_dim] over the prefix (P rows of
+// prefix_k / prefix_v [P, n_kv_heads, head_dim]; P = 0: none) and body rows [0, n_past + T) of
+// `body` (the T new ones stored). Every pointer is device memory; scratch holds the split partials
+// (grown as needed). Synchronous; throws sinkq::Error on a shape the kernels do not take (more than
+// 16 query heads per kv head, head_dim above 256) or rows beyond the body.
+void attention_packed(const AttnShape& s, const float* q, const float* prefix_k, const float* prefix_v, int64_t P,
+                      const DeviceKvLayer& body, int64_t n_past, int64_t T, float* out, DeviceBuffer& scratch);
+
+}  // namespace sinkq::cuda

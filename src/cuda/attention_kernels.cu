@@ -1,0 +1,152 @@
+// sinkq/cuda/attention_kernels.cu — causal GQA attention over [fp32 prefix; packed int8 / int4 KV
+// body] on the device (cuda/attention.h), flash-decoding style: every (token, kv head, split of
+// kAttnSplitRows visible keys) is a thread block that scores its keys for the GQA group's query
+// heads, softmaxes them against their own maximum and writes (max, sum, weighted sum); a second
+// kernel merges the splits of each (token, head) in split order. Deterministic: no atomics, the
+// same order whatever the device.
+//
+// The scores and sums follow the CPU's formulas (lowbit/kv_kernels.h): prefix keys scale·(q·k);
+// body keys scale·(s_j·Σ_d q_d·l_jd) with l_jd = c_jd - (z_j - offset) an exact small integer;
+// values Σ_j (p_j·s_j)·l_jd. Each product and sum is rounded once (-fmad=false); the orders
+// differ from the CPU's, so the device is held to the double oracle within a derived bound
+// (tests/cuda/device/attention_device_test.cc), as the CPU ISAs are.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/attention_kernels.h"
+#include "cuda/linear_math.h"
+#include "formats/uniform_int.h"
+
+namespace sinkq::cuda::detail {
+
+namespace {
+
+using math::add_rn;
+using math::mul_rn;
+
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kThreads = 128;
+
+// Level of column d of kv head g's slice of body row j, and the row's scale.
+__device__ inline float level(const KvBodyDev& b, int g, int D, int64_t j, int d) {
+  const uint8_t* row = b.codes + j * b.ld + int64_t(g) * D * b.bits / 8;
+  const int zc = b.zero ? int(b.zero[j * b.ls + g * b.head_step]) - (1 << (b.bits - 1)) : 0;
+  return float(formats::uniform::code_at(row, d, b.bits) - zc);
+}
+__device__ inline float row_scale(const KvBodyDev& b, int g, int64_t j) { return b.scale[j * b.ls + g * b.head_step]; }
+
+__device__ inline float warp_max(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+__device__ inline float warp_sum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v = add_rn(v, __shfl_xor_sync(kFull, v, off));
+  return v;
+}
+
+__global__ void __launch_bounds__(kThreads) attn_partial(AttnArgs a) {
+  extern __shared__ float smem[];
+  const int H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim, G = H / Hkv;
+  constexpr int R = kAttnSplitRows;
+  const int split = blockIdx.x;
+  const int64_t t = blockIdx.y / Hkv;
+  const int g = int(blockIdx.y % Hkv);
+  float* qs = smem;          // the group's q rows [G][D]
+  float* sc = smem + G * D;  // scores, then exp(score - max) [G][R]
+  __shared__ float mx[kAttnMaxHeads], sum[kAttnMaxHeads];
+  const int64_t hi = a.P + a.n_past + t;  // this query's absolute position
+  const int64_t lo = a.window > 0 && hi - a.window + 1 > 0 ? hi - a.window + 1 : 0;
+  const int64_t a0 = lo + int64_t(split) * R;
+  const int n = a0 > hi ? 0 : int(hi + 1 - a0 < R ? hi + 1 - a0 : R);
+  float* part = a.part + ((t * Hkv + g) * a.nsplit + split) * int64_t(G) * (D + 2);
+  if (n == 0) {  // a split past this token's keys: an empty partial
+    for (int i = threadIdx.x; i < G; i += blockDim.x) part[i * (D + 2)] = -INFINITY, part[i * (D + 2) + 1] = 0.0f;
+    return;
+  }
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) qs[idx] = a.q[(t * H + int64_t(g) * G) * D + idx];
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * n; idx += blockDim.x) {
+    const int i = idx / n, r = idx % n;
+    const int64_t j = a0 + r;
+    const float* qi = qs + i * D;
+    float acc = 0.0f, s;
+    if (j < a.P) {
+      const float* k = a.pk + (j * Hkv + g) * D;
+      for (int d = 0; d < D; ++d) acc = add_rn(acc, mul_rn(qi[d], k[d]));
+      s = mul_rn(a.scale, acc);
+    } else {
+      const int64_t b = j - a.P;
+      for (int d = 0; d < D; ++d) acc = add_rn(acc, mul_rn(qi[d], level(a.k, g, D, b, d)));
+      s = mul_rn(a.scale, mul_rn(row_scale(a.k, g, b), acc));
+    }
+    if (a.softcap > 0.0f) s = mul_rn(a.softcap, tanhf(s / a.softcap));
+    sc[i * R + r] = s;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = warp; i < G; i += kThreads / 32) {
+    float m = -INFINITY;
+    for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[i * R + r]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int r = lane; r < n; r += 32) {
+      const float p = expf(sc[i * R + r] - m);
+      sc[i * R + r] = p;
+      l = add_rn(l, p);
+    }
+    l = warp_sum(l);
+    if (lane == 0) mx[i] = m, sum[i] = l;
+  }
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+    const int i = idx / D, d = idx % D;
+    float acc = 0.0f;
+    for (int r = 0; r < n; ++r) {
+      const int64_t j = a0 + r;
+      const float p = sc[i * R + r];
+      if (j < a.P) {
+        acc = add_rn(acc, mul_rn(p, a.pv[(j * Hkv + g) * D + d]));
+      } else {
+        const int64_t b = j - a.P;
+        acc = add_rn(acc, mul_rn(mul_rn(p, row_scale(a.v, g, b)), level(a.v, g, D, b, d)));
+      }
+    }
+    part[i * (D + 2) + 2 + d] = acc;
+  }
+  for (int i = threadIdx.x; i < G; i += blockDim.x) part[i * (D + 2)] = mx[i], part[i * (D + 2) + 1] = sum[i];
+}
+
+// out[t, h, :] = Σ_s e^{m_s - M}·acc_s / Σ_s e^{m_s - M}·l_s over the splits in order (M = max m_s).
+__global__ void __launch_bounds__(kThreads) attn_combine(AttnArgs a) {
+  const int H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim, G = H / Hkv;
+  const int64_t t = blockIdx.x / H;
+  const int h = int(blockIdx.x % H), g = h / G, i = h % G;
+  const float* base = a.part + (t * Hkv + g) * a.nsplit * int64_t(G) * (D + 2) + int64_t(i) * (D + 2);
+  const int64_t stride = int64_t(G) * (D + 2);  // between splits
+  float M = -INFINITY;
+  for (int s = 0; s < a.nsplit; ++s) M = fmaxf(M, base[s * stride]);
+  float L = 0.0f;
+  for (int s = 0; s < a.nsplit; ++s)
+    if (base[s * stride + 1] > 0.0f) L = add_rn(L, mul_rn(expf(base[s * stride] - M), base[s * stride + 1]));
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < a.nsplit; ++s)
+      if (base[s * stride + 1] > 0.0f) o = add_rn(o, mul_rn(expf(base[s * stride] - M), base[s * stride + 2 + d]));
+    a.out[(t * H + h) * D + d] = o / L;
+  }
+}
+
+}  // namespace
+
+void launch_attention(const AttnArgs& a, void* stream) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const int G = a.n_heads / a.n_kv_heads;
+  const size_t smem = size_t(G) * (a.head_dim + kAttnSplitRows) * sizeof(float);
+  attn_partial<<<dim3(unsigned(a.nsplit), unsigned(a.T * a.n_kv_heads)), kThreads, smem, st>>>(a);
+  attn_combine<<<dim3(unsigned(a.T * a.n_heads)), kThreads, 0, st>>>(a);
+}
+
+}  // namespace sinkq::cuda::detail

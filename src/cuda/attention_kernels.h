@@ -1,0 +1,42 @@
+// sinkq/cuda/attention_kernels.h — the launch interface of the device attention (cuda/attention.h):
+// plain structs of device pointers, kernels in attention_kernels.cu (nvcc only).
+#pragma once
+
+#include <cstdint>
+
+namespace sinkq::cuda::detail {
+
+// A layer's K or V body on the device, as lowbit::PackedKvCache holds it: kv head g's slice of
+// row j at codes + j·ld + g·head_dim·bits/8, its scale at scale[j·ls + g·head_step] (the rows
+// lowbit::KvRows describes, one layer at a time), its zero point likewise (asymmetric formats).
+struct KvBodyDev {
+  const uint8_t* codes = nullptr;
+  int64_t ld = 0;
+  const float* scale = nullptr;
+  int64_t ls = 0, head_step = 0;
+  const uint8_t* zero = nullptr;
+  int bits = 8;
+};
+
+inline constexpr int kAttnMaxHeads = 16;    // query heads per kv head (GQA group) a block takes
+inline constexpr int kAttnMaxHeadDim = 256;
+inline constexpr int kAttnSplitRows = 128;  // keys per split (one thread block)
+
+// Causal GQA attention of T query tokens over [fp32 prefix (P rows); packed body], flash-decoding:
+// kernel 1 gives each (token, kv head, split of kAttnSplitRows visible keys) its softmax partials
+// (max, sum, weighted sum per query head); kernel 2 merges the splits in order.
+struct AttnArgs {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, window = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  const float* q = nullptr;  // [T, n_heads, head_dim]
+  const float* pk = nullptr;  // prefix [P, n_kv_heads, head_dim]
+  const float* pv = nullptr;
+  int64_t P = 0, n_past = 0, T = 0;
+  KvBodyDev k, v;
+  int nsplit = 0;
+  float* part = nullptr;      // [T, n_kv_heads, nsplit, group, head_dim + 2]
+  float* out = nullptr;       // [T, n_heads, head_dim]
+};
+void launch_attention(const AttnArgs& a, void* stream);
+
+}  // namespace sinkq::cuda::detail

@@ -55,6 +55,8 @@ void attention_packed(const AttnShape& s, const float* q, const float* prefix_k,
               s.n_heads / s.n_kv_heads, s.head_dim, detail::kAttnMaxHeads, detail::kAttnMaxHeadDim);
   SINKQ_CHECK(T >= 1 && n_past >= 0 && P >= 0 && n_past + T <= body.capacity(),
               "cuda attention: rows [0, {}) beyond the body's {}", n_past + T, body.capacity());
+  SINKQ_CHECK(q && out && (P == 0 || (prefix_k && prefix_v)), "cuda attention: {} without its device pointer",
+              !q ? "q" : !out ? "out" : "a prefix of rows");
   detail::AttnArgs a;
   a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim, a.window = s.sliding_window;
   a.scale = s.score_scale(), a.softcap = s.softcap;

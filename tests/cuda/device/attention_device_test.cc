@@ -160,6 +160,8 @@ TEST(CudaAttention, RefusesShapesItDoesNotTake) {
   EXPECT_THROW(attention_packed(AttnShape{4, 1, 64}, buf.as<float>(), nullptr, nullptr, 0, body, 4, 5, buf.as<float>(), scratch),
                Error);  // rows beyond the body
   EXPECT_THROW(DeviceKvLayer(cache, 1), Error);
+  EXPECT_THROW(attention_packed(AttnShape{4, 1, 64}, buf.as<float>(), nullptr, nullptr, 2, body, 0, 1, buf.as<float>(), scratch),
+               Error);  // a prefix without its rows
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "cuda/attention_kernels.h"
@@ -21,6 +23,7 @@ DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
     : kv_heads_(c.kv_heads()), head_dim_(c.head_dim()), capacity_(c.capacity()) {
   SINKQ_CHECK(layer >= 0 && layer < c.num_layers(), "cuda attention: layer {} of {}", layer, c.num_layers());
   const lowbit::FormatDesc& t = c.info();
+  dynamic_ = t.dynamic(), symmetric_ = t.symmetric, per_head_ = t.granularity == quant::Granularity::PerHead;
   const int64_t nparam = lowbit::kv_param_count(t, kv_heads_, capacity_);
   for (const bool value : {false, true}) {
     Side& side = value ? v_ : k_;
@@ -36,6 +39,57 @@ DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
       side.zeros.upload(r0.zero, side.zeros.bytes());
     }
   }
+}
+
+void DeviceKvLayer::store(int64_t row0, const float* k, const float* v, int64_t T) {
+  SINKQ_CHECK(dynamic_, "cuda KV store: a static format's params are calibrated on the CPU (store there, then upload)");
+  SINKQ_CHECK(row0 >= 0 && T >= 0 && row0 + T <= capacity_, "cuda KV store: rows [{}, {}) outside the capacity of {}",
+              row0, row0 + T, capacity_);
+  SINKQ_CHECK(T == 0 || (k && v), "cuda KV store: K or V without its device pointer");
+  if (T == 0) return;
+  if (bad_.bytes() == 0) bad_ = DeviceBuffer(sizeof(int64_t));
+  const int64_t C = int64_t(kv_heads_) * head_dim_;
+  const int64_t spans = per_head_ ? kv_heads_ : 1;
+  for (int64_t t0 = 0; t0 < T;) {  // the grid's 2^31 - 1 blocks
+    const int64_t n = std::min<int64_t>(T - t0, int64_t(0x7fffffff) / spans);
+    for (const bool value : {false, true}) {
+      Side& side = value ? v_ : k_;
+      const float* x = (value ? v : k) + t0 * C;
+      bad_.upload(&n, sizeof n);
+      detail::KvStoreArgs a;
+      a.x = x, a.T = n, a.row0 = row0 + t0;
+      a.kv_heads = kv_heads_, a.head_dim = head_dim_, a.bits = side.bits;
+      a.symmetric = symmetric_, a.per_head = per_head_;
+      a.codes = side.codes.as<uint8_t>(), a.scales = side.scales.as<float>(), a.zeros = side.zeros.as<uint8_t>();
+      a.bad_row = bad_.as<int64_t>();
+      detail::launch_kv_store(a, nullptr);
+      check(cudaGetLastError(), "kv store launch");
+      check(cudaDeviceSynchronize(), "kv store");
+      int64_t bad = n;
+      bad_.download(&bad, sizeof bad);
+      if (bad < n) {
+        std::vector<float> row(static_cast<size_t>(C));
+        check(cudaMemcpy(row.data(), x + bad * C, size_t(C) * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
+        int64_t j = 0;
+        while (j < C && std::isfinite(row[size_t(j)])) ++j;
+        fail("cuda KV store: non-finite value {} in {} at row {}, col {}", j < C ? row[size_t(j)] : NAN,
+             value ? "V" : "K", row0 + t0 + bad, j);
+      }
+    }
+    t0 += n;
+  }
+}
+
+DeviceKvLayer::HostArrays DeviceKvLayer::download(bool value) const {
+  const Side& side = value ? v_ : k_;
+  HostArrays h;
+  h.codes.resize(side.codes.bytes());
+  side.codes.download(h.codes.data(), h.codes.size());
+  h.scales.resize(side.scales.bytes() / sizeof(float));
+  side.scales.download(h.scales.data(), side.scales.bytes());
+  h.zeros.resize(side.zeros.bytes());
+  side.zeros.download(h.zeros.data(), h.zeros.size());
+  return h;
 }
 
 size_t DeviceKvLayer::bytes() const {

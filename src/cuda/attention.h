@@ -4,11 +4,12 @@
 // window and Gemma's soft-cap, as lowbit::attention_packed computes it (its double oracle,
 // lowbit::ref::attention_packed, is the device test's reference). Flash-decoding: the visible keys
 // of each (token, kv head) in splits of 128 rows, one thread block each, merged in order
-// (cuda/attention_kernels.cu). Not yet: the codebook (nuqX) body, the int8 recent window, fp16
-// prefix storage, a store() on the device (rows are uploaded from the CPU cache).
+// (cuda/attention_kernels.cu); rows are stored on the device (dynamic formats) or uploaded from the
+// CPU cache. Not yet: the codebook (nuqX) body, the int8 recent window, fp16 prefix storage.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "cuda/linear.h"
 #include "kernels/ops.h"
@@ -25,6 +26,19 @@ class DeviceKvLayer {
   int head_dim() const { return head_dim_; }
   int64_t capacity() const { return capacity_; }
   size_t bytes() const;
+  // Quantizes k, v [T, kv_heads·head_dim] (device memory) into rows [row0, row0 + T), exactly as
+  // lowbit::PackedKvCache::store does on the CPU (the same codes, scales and zero points). Dynamic
+  // formats only (a static format's calibrated params stay on the CPU: throws sinkq::Error); a
+  // non-finite value is refused with its row and column (the call's rows are then not valid, as
+  // after the CPU store's error).
+  void store(int64_t row0, const float* k, const float* v, int64_t T);
+  // The layer's K (value = false) or V arrays back on the host, as PackedKvCache holds them.
+  struct HostArrays {
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    std::vector<uint8_t> zeros;
+  };
+  HostArrays download(bool value) const;
 
  private:
   friend void attention_packed(const AttnShape&, const float*, const float*, const float*, int64_t,
@@ -35,6 +49,8 @@ class DeviceKvLayer {
     int bits = 8;
   };
   Side k_, v_;
+  DeviceBuffer bad_;
+  bool dynamic_ = true, symmetric_ = true, per_head_ = true;
   int kv_heads_ = 0, head_dim_ = 0;
   int64_t capacity_ = 0;
 };

@@ -139,7 +139,77 @@ __global__ void __launch_bounds__(kThreads) attn_combine(AttnArgs a) {
   }
 }
 
+// quant::detail::guard_scale.
+__device__ inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
+
+__device__ inline float block_reduce(float v, bool is_max, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) {
+    const float o = __shfl_xor_sync(kFull, v, off);
+    v = is_max ? fmaxf(v, o) : fminf(v, o);
+  }
+  __syncthreads();  // red is reused between calls
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  v = red[0];
+  for (int w = 1; w < kThreads / 32; ++w) v = is_max ? fmaxf(v, red[w]) : fminf(v, red[w]);
+  return v;
+}
+
+__global__ void __launch_bounds__(kThreads) kv_store(KvStoreArgs a) {
+  __shared__ float red[kThreads / 32];
+  const int spans = a.per_head ? a.kv_heads : 1;
+  const int64_t i = blockIdx.x / spans;  // the row within the call
+  const int span = int(blockIdx.x % spans);
+  const int64_t C = int64_t(a.kv_heads) * a.head_dim;
+  const int n = a.per_head ? a.head_dim : int(C);  // the span's columns
+  const float* x = a.x + i * C + int64_t(span) * n;
+  float lo = 0.0f, hi = 0.0f;  // every range holds 0 (quant::Calibrator)
+  int bad = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = x[j];
+    bad |= !isfinite(v);
+    if (a.symmetric) hi = fmaxf(hi, fabsf(v));
+    else lo = fminf(lo, v), hi = fmaxf(hi, v);
+  }
+  if (__syncthreads_or(bad)) {
+    if (threadIdx.x == 0) atomicMin(reinterpret_cast<unsigned long long*>(a.bad_row), static_cast<unsigned long long>(i));
+    return;
+  }
+  hi = block_reduce(hi, true, red);
+  if (!a.symmetric) lo = block_reduce(lo, false, red);
+  float s;
+  int z = 0;
+  if (a.symmetric) {
+    s = guard_scale(__fdiv_rn(hi, float((1 << (a.bits - 1)) - 1)));  // clip 1: clip·absmax = absmax
+  } else {
+    const float denom = float((1 << a.bits) - 1);
+    s = guard_scale(__fdiv_rn(__fsub_rn(hi, lo), denom));
+    z = int(rintf(fminf(fmaxf(__fdiv_rn(-lo, s), 0.0f), denom)));
+  }
+  const int64_t row = a.row0 + i;
+  const int64_t rb = C * a.bits / 8, pos = row * spans + span;
+  uint8_t* dst = a.codes + row * rb + int64_t(span) * n * a.bits / 8;
+  if (a.bits == 8) {
+    for (int j = threadIdx.x; j < n; j += blockDim.x)
+      dst[j] = uint8_t(formats::uniform::encode(x[j], s, z, 8, a.symmetric));
+  } else {  // two codes a byte, the even column low (n is even: checked by the cache)
+    for (int j = threadIdx.x; j < n / 2; j += blockDim.x)
+      dst[j] = formats::uniform::pack_nibbles(formats::uniform::encode(x[2 * j], s, z, 4, a.symmetric),
+                                              formats::uniform::encode(x[2 * j + 1], s, z, 4, a.symmetric));
+  }
+  if (threadIdx.x == 0) {
+    a.scales[pos] = s;
+    if (!a.symmetric) a.zeros[pos] = uint8_t(z);
+  }
+}
+
 }  // namespace
+
+void launch_kv_store(const KvStoreArgs& a, void* stream) {
+  const int spans = a.per_head ? a.kv_heads : 1;
+  kv_store<<<dim3(unsigned(a.T * spans)), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+}
 
 void launch_attention(const AttnArgs& a, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);

@@ -39,4 +39,23 @@ struct AttnArgs {
 };
 void launch_attention(const AttnArgs& a, void* stream);
 
+// Stores rows of a dynamic KV format: x [T, kv_heads·head_dim] fp32 -> body rows [row0, row0 + T)
+// (codes, scales, zero points), one thread block per (row, span): a span is a kv head's slice
+// (per-head formats) or the whole row (per-token). Per span, as quant::compute_params +
+// quantize_to_int: the range [min(0, min x), max(0, max x)] (symmetric: max |x|), s = guard((hi -
+// lo) / (2^N - 1)) and z = rne(clamp(-lo / s, 0, 2^N - 1)) (symmetric: s = guard(absmax /
+// (2^(N-1) - 1)), z = 0), codes = encode(x, s, z), packed as uniform_int.h's rows. A span with a
+// non-finite value sets *bad_row = min(*bad_row, row) and writes nothing.
+struct KvStoreArgs {
+  const float* x = nullptr;
+  int64_t T = 0, row0 = 0;
+  int kv_heads = 0, head_dim = 0, bits = 8;
+  bool symmetric = true, per_head = true;
+  uint8_t* codes = nullptr;  // [capacity, kv_heads·head_dim·bits/8]
+  float* scales = nullptr;   // [capacity, spans per row]
+  uint8_t* zeros = nullptr;  // asymmetric: [capacity, spans per row]
+  int64_t* bad_row = nullptr;
+};
+void launch_kv_store(const KvStoreArgs& a, void* stream);
+
 }  // namespace sinkq::cuda::detail

@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "cuda/attention.h"
+#include "formats/quantizer.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
 #include "lowbit/kv_kernels.h"
@@ -147,6 +149,53 @@ TEST(CudaAttention, SmallCasesForTheSanitizers) {
   std::mt19937_64 rng(4045);
   for (const PackedFormat f : {PackedFormat::KV8_PerHead, PackedFormat::KV4_PerToken_Asym})
     check_case(rng, f, Case{8, 2, 64, 0, 3, 300, 2, 0.0f});
+}
+
+// Rows stored on the device are the CPU store's bytes (codes, scales, zero points), for every
+// dynamic format, stored in uneven chunks; a non-finite value is refused naming K / V, row, column.
+TEST(CudaKvStore, EqualsTheCpuStoreByteForByte) {
+  std::string why;
+  ASSERT_TRUE(device_available(&why)) << "no CUDA device: " << why;
+  std::mt19937_64 rng(4046);
+  for (const lowbit::FormatDesc& t : lowbit::kKvFormats) {
+    if (!t.dynamic()) continue;
+    for (const auto& [Hkv, D] : {std::pair{2, 64}, std::pair{3, 20}, std::pair{4, 128}}) {
+      SCOPED_TRACE(std::string(t.name) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D));
+      const int64_t rows = 37, C = int64_t(Hkv) * D;
+      lowbit::PackedKvCache cpu(t.format, 1, Hkv, D, rows + 3), empty(t.format, 1, Hkv, D, rows + 3);
+      std::vector<float> k = rows_of(rng, rows, Hkv, D, 1.0f), v = rows_of(rng, rows, Hkv, D, 1.0f);
+      for (int64_t i = 0; i < C; ++i) k[size_t(5 * C + i)] = std::fabs(k[size_t(5 * C + i)]);  // a row >= 0 (asym: lo = 0)
+      std::fill(v.begin() + 6 * C, v.begin() + 7 * C, 0.0f);                                  // an all-zero row
+      DeviceKvLayer dev(empty, 0);
+      const DeviceBuffer kd = to_device(k), vd = to_device(v);
+      for (int64_t r0 = 0, step = 1; r0 < rows; r0 += step, step = step % 5 + 1) {
+        const int64_t n = std::min(step, rows - r0);
+        cpu.store(0, r0, k.data() + r0 * C, v.data() + r0 * C, n);
+        dev.store(r0, kd.as<float>() + r0 * C, vd.as<float>() + r0 * C, n);
+      }
+      for (const bool value : {false, true}) {
+        const DeviceKvLayer::HostArrays got = dev.download(value);
+        const lowbit::KvRows r = cpu.rows(0, value, 0);
+        const size_t nparam = size_t(lowbit::kv_param_count(t, Hkv, rows + 3));
+        ASSERT_EQ(0, std::memcmp(got.codes.data(), r.codes, size_t(rows * r.ld))) << (value ? "V" : "K") << " codes";
+        const size_t used = t.granularity == quant::Granularity::PerHead ? size_t(rows * Hkv) : size_t(rows);
+        ASSERT_LE(used, nparam);
+        ASSERT_EQ(0, std::memcmp(got.scales.data(), r.scale, used * sizeof(float))) << (value ? "V" : "K") << " scales";
+        if (r.zero) {
+          ASSERT_EQ(0, std::memcmp(got.zeros.data(), r.zero, used)) << (value ? "V" : "K") << " zeros";
+        }
+      }
+      std::vector<float> badv = v;
+      badv[size_t(2 * C + 7)] = NAN;
+      const DeviceBuffer bd = to_device(badv);
+      try {
+        dev.store(0, kd.as<float>(), bd.as<float>(), 3);
+        ADD_FAILURE() << "no error";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("in V at row 2, col 7"), std::string::npos) << e.what();
+      }
+    }
+  }
 }
 
 TEST(CudaAttention, RefusesShapesItDoesNotTake) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the input-facing and ISA-sensitive test layers with AddressSanitizer + UndefinedBehavior-
 # Sanitizer (gcc; build-asan/) and runs them: core, formats, io, tokenizer (every loader and
-# parser), kernels, lowbit (every SIMD kernel against its scalar reference). Any report fails the
+# parser), kernels, lowbit (every SIMD kernel against its scalar reference), cuda (the device
+# arithmetic replayed on the host). Any report fails the
 # test that triggered it (halt_on_error; no recovery). On an AVX-512 host the kernel layers run a
 # second time on the AVX2 path. Called by scripts/test.sh (CI). SINKQ_SANITIZE_LAYERS overrides
 # the layer list: "... runtime" adds the artifact loader and the packed model (clean on
@@ -10,7 +11,7 @@
 # under ASan by scripts/fuzz.sh instead).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-layers="${SINKQ_SANITIZE_LAYERS:-core formats io tokenizer kernels lowbit}"
+layers="${SINKQ_SANITIZE_LAYERS:-core formats io tokenizer kernels lowbit cuda}"
 bash scripts/install-deps.sh
 # -O1: a third of -O3's compile time, and sanitizer reports keep their line numbers.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \

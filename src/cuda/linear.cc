@@ -99,6 +99,7 @@ void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, Device
   else
     SINKQ_CHECK(q.static_scale >= FLT_MIN && q.static_scale <= FLT_MAX,
                 "cuda linear: static scale {} is not a positive normal fp32", q.static_scale);
+  SINKQ_CHECK(x, "cuda linear: activations without their device pointer");
   act.T = T, act.cols = cols;
   act.ldc = (cols + 63) / 64 * 64;
   act.nsum = (cols + math::kSumCols - 1) / math::kSumCols;
@@ -163,6 +164,7 @@ DeviceLinear::DeviceLinear(const lowbit::KernelWeights& w) : format_(w.format) {
 void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* y, int unroll) const {
   SINKQ_CHECK(act.cols == cols_, "cuda linear: activations have {} features, weights {}", act.cols, cols_);
   SINKQ_CHECK(unroll == 1 || unroll == 4, "cuda linear: unroll {} (1 or 4)", unroll);
+  SINKQ_CHECK(y && act.T >= 1, "cuda linear: no output pointer, or activations not quantized");
   detail::GemvArgs a;
   a.unroll = unroll;
   a.bits = bits_, a.grouped = grouped_, a.asymmetric = asymmetric_;

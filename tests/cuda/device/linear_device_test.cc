@@ -156,6 +156,8 @@ TEST_F(CudaLinear, RefusesNonFiniteInputNamingTokenAndFeature) {
   }
   // And the bad calls the host refuses before launching anything.
   EXPECT_THROW(dl.forward(x.as<float>(), 0, ActQuant{}, nullptr, y.as<float>(), act), Error);
+  EXPECT_THROW(dl.forward(nullptr, 3, ActQuant{}, nullptr, y.as<float>(), act), Error);
+  EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{}, nullptr, nullptr, act), Error);
   EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A4_PerToken}, nullptr, y.as<float>(), act), Error);
   EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A8_PerTensor, 1.0f, 0.0f}, nullptr, y.as<float>(), act),
                Error);

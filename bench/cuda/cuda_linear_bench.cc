@@ -20,6 +20,7 @@
 
 #include "core/error.h"
 #include "cuda/attention.h"
+#include "cuda/check.h"
 #include "cuda/linear.h"
 #include "cuda/linear_kernels.h"
 #include "lowbit/formats.h"
@@ -31,9 +32,7 @@ namespace {
 using namespace sinkq;
 using lowbit::PackedFormat;
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("cuda: {} failed: {}", what, cudaGetErrorString(e));
-}
+constexpr auto ck = cuda::detail::check;
 
 // Median over `reps` of the time of `inner` back-to-back launches, per launch (launch i of the
 // whole run gets index i, so callers rotate their inputs).

@@ -8,16 +8,13 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/check.h"
 #include "cuda/attention_kernels.h"
 #include "lowbit/formats.h"
 
 namespace sinkq::cuda {
 
-namespace {
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("cuda: {} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
-}
-}  // namespace
+using detail::check;
 
 DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
     : kv_heads_(c.kv_heads()), head_dim_(c.head_dim()), capacity_(c.capacity()) {

@@ -25,6 +25,7 @@ namespace sinkq::cuda::detail {
 namespace {
 
 using math::add_rn;
+using math::guard_scale;
 using math::mul_rn;
 
 constexpr unsigned kFull = 0xffffffffu;
@@ -138,9 +139,6 @@ __global__ void __launch_bounds__(kThreads) attn_combine(AttnArgs a) {
     a.out[(t * H + h) * D + d] = o / L;
   }
 }
-
-// quant::detail::guard_scale.
-__device__ inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
 
 __device__ inline float block_reduce(float v, bool is_max, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -9,16 +9,19 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/check.h"
 #include "cuda/linear_kernels.h"
 #include "cuda/linear_math.h"
 
 namespace sinkq::cuda {
 
-namespace {
-
-void check(cudaError_t e, const char* what) {
+void detail::check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("cuda: {} failed: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
+
+namespace {
+
+using detail::check;
 
 // After a launch: the launch error, then (synchronous callers) the kernel's.
 void check_launch(const char* what) { check(cudaGetLastError(), what); }

@@ -23,9 +23,6 @@ using namespace math;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kQuantThreads = 256;
 
-// quant::detail::guard_scale.
-__device__ inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
-
 __global__ void __launch_bounds__(kQuantThreads) quantize_a8_kernel(QuantArgs a) {
   const int64_t t = blockIdx.x;
   const float* x = a.x + t * a.cols;

@@ -14,6 +14,7 @@
 // add their shares does not matter; the fp32 order is fixed by the functions below.
 #pragma once
 
+#include <cfloat>
 #include <cstdint>
 
 #include "formats/device.h"
@@ -41,6 +42,9 @@ SINKQ_HD inline float add_rn(float a, float b) {
   return a + b;
 #endif
 }
+
+// quant::detail::guard_scale: 0, subnormal or NaN scales become FLT_MIN.
+SINKQ_HD inline float guard_scale(float s) { return s >= FLT_MIN ? s : FLT_MIN; }
 
 // acc + Σ_j c_j·x_j over the 4 bytes of w (8-bit weights stored u = c + 128, so c = u ^ 0x80 as
 // int8) and x (int8 activation codes, column order).

@@ -42,8 +42,7 @@ Acts quantize_like_device(const std::vector<float>& x, int64_t T, int64_t cols, 
   for (int64_t t = 0; t < T; ++t) {
     float mx = 0.0f;
     for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, std::fabs(x[size_t(t * cols + j)]));
-    float s = m::mul_rn(clip, mx) / 127.0f;
-    s = s >= FLT_MIN ? s : FLT_MIN;
+    const float s = m::guard_scale(m::mul_rn(clip, mx) / 127.0f);
     a.scales.push_back(s);
     for (int64_t j = 0; j < cols; ++j) {
       const int c = formats::uniform::encode(x[size_t(t * cols + j)], s, 0, 8, true);

@@ -27,13 +27,15 @@ constexpr int32_t kBos = 1;  // stories260K's BOS (the planted model links its t
 // A planted-outlier model: [BOS] (id 1) is an outlier token at down_in of layer 1 (≈ 128 there,
 // normal tokens O(0.1): util/planted.h).
 std::shared_ptr<const Model> planted() {
-  static testing::TempDir* d = new testing::TempDir();  // lives for the whole test binary
+  // Built before the model, so destroyed after it at exit (and the directory removed: a `new`ed
+  // one leaked a /tmp/sinkq-test-* directory per test process).
+  static testing::TempDir d;
   static const std::shared_ptr<const Model> m = [] {
     testing::PlantedOutlierSpec spec;
     spec.token_ids = {kBos};
     spec.layers = {1};
-    testing::write_planted_model(d->path(), spec);
-    return std::shared_ptr<const Model>(Model::load(d->path()));
+    testing::write_planted_model(d.path(), spec);
+    return std::shared_ptr<const Model>(Model::load(d.path()));
   }();
   return m;
 }

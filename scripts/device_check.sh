@@ -24,9 +24,12 @@ run() { LD_LIBRARY_PATH=$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$@"; }  # t
 step "bundle of commit $(cat $B/commit) ($(wc -l <$B/dirty) files changed)"
 
 step "the kernels through this machine's nvcc (sm_90a)"
-nvcc -std=c++17 -I src -gencode=arch=compute_90a,code=sm_90a -fmad=false -prec-div=true -ftz=false -Xptxas -v \
-  -c src/cuda/linear_kernels.cu -o /tmp/sinkq-lk.o >"$OUT/nvcc_device.txt" 2>&1
-summary+=("device nvcc sm_90a: rc=$?")
+rc=0
+for cu in src/cuda/*.cu; do
+  nvcc -std=c++17 -I src -gencode=arch=compute_90a,code=sm_90a -fmad=false -prec-div=true -prec-sqrt=true -ftz=false \
+    -Xptxas -v -c "$cu" -o /tmp/sinkq-kernels.o >>"$OUT/nvcc_device.txt" 2>&1 || rc=$?
+done
+summary+=("device nvcc sm_90a (every .cu): rc=$rc")
 
 step "device test"
 run timeout 300 "$B/bin/sinkq_cuda_test" --gtest_output="xml:$OUT/cuda_test.xml" >"$OUT/cuda_test.log" 2>&1

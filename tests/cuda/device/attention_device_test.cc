@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "cuda/attention.h"
+#include "device_util.h"
 #include "formats/quantizer.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
@@ -35,11 +36,7 @@ std::vector<float> rows_of(std::mt19937_64& rng, int64_t n, int kv_heads, int D,
   return v;
 }
 
-DeviceBuffer to_device(const std::vector<float>& v) {
-  DeviceBuffer b(std::max<size_t>(1, v.size()) * sizeof(float));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(float));
-  return b;
-}
+using devtest::to_device;
 
 struct Case {
   int H, Hkv, D, window;

@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "cuda/linear.h"
+#include "device_util.h"
 #include "formats/quantizer.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
@@ -39,17 +40,8 @@ std::vector<float> normal(std::mt19937_64& rng, int64_t n, int64_t outlier_every
   return v;
 }
 
-DeviceBuffer to_device(const std::vector<float>& v) {
-  DeviceBuffer b(v.size() * sizeof(float));
-  b.upload(v.data(), b.bytes());
-  return b;
-}
-
-std::vector<float> from_device(const DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
-  b.download(v.data(), n * sizeof(float));
-  return v;
-}
+using devtest::from_device;
+using devtest::to_device;
 
 class CudaLinear : public ::testing::Test {
  protected:

@@ -8,16 +8,19 @@
 // over enough copies of the matrix to exceed 4x the L2 cache, so each one reads from HBM. Prints a
 // table with the device, driver and clocks; --json FILE also writes the figures there as one JSON
 // document. Then decode attention (cuda/attention.h) over one layer's int8 / int4 KV body at the
-// 1B (32 / 4 heads of 64) and 7B (32 / 32 of 128) shapes, 4K to 256K tokens, the same way.
+// 1B (32 / 4 heads of 64) and 7B (32 / 32 of 128) shapes, 4K to 256K tokens, the same way; and
+// over a codebook (nuqX, KVQuant) body up to a million tokens of the 7B shape.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/attention.h"
 #include "cuda/check.h"
@@ -57,6 +60,61 @@ double median_ms(int reps, int inner, F&& launch) {
   cudaEventDestroy(b);
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// A synthetic codebook (nuqX) body of `rows` rows, laid out as lowbit::CodebookKvCache holds it:
+// random b-bit indices, 2^b sorted levels, per-channel ranges (keys) or per-row ranges (values),
+// and `outliers` of each row's channels as fp16 entries of the CSR (distinct, ascending). Filling
+// a million rows through CodebookKvCache::store would take minutes; the kernels read the same
+// layout either way.
+struct SynthCb {
+  std::vector<uint8_t> codes;
+  std::vector<float> levels, ch_scale, ch_zero, row_sz;
+  std::vector<uint32_t> row_ptr;
+  std::vector<uint16_t> col, val;
+  int64_t ld = 0;
+  int bits = 3;
+  cuda::DeviceCbLayer::Part part() const {
+    cuda::DeviceCbLayer::Part p;
+    p.codes = codes.data(), p.ld = ld, p.bits = bits, p.levels = levels.data();
+    p.ch_scale = ch_scale.empty() ? nullptr : ch_scale.data();
+    p.ch_zero = ch_zero.empty() ? nullptr : ch_zero.data();
+    p.row_sz = row_sz.empty() ? nullptr : row_sz.data();
+    p.row_ptr = row_ptr.data(), p.col = col.data(), p.val = val.data();
+    return p;
+  }
+};
+
+SynthCb synth_cb(int64_t rows, int64_t kv_dim, int bits, bool channel, double outliers, uint64_t seed) {
+  SynthCb b;
+  b.bits = bits, b.ld = kv_dim * bits / 8;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  const auto next = [&x] { x ^= x << 13, x ^= x >> 7, x ^= x << 17; return x; };
+  b.codes.resize(size_t(rows * b.ld + lowbit::detail::kCodeSlack));
+  for (size_t i = 0; i + 8 <= b.codes.size(); i += 8) {
+    const uint64_t r = next();
+    std::memcpy(b.codes.data() + i, &r, 8);
+  }
+  const int L = 1 << bits;
+  for (int i = 0; i < 16; ++i) b.levels.push_back(i < L ? -1.0f + 2.0f * float(i) / float(L - 1) : 0.0f);
+  if (channel) {
+    b.ch_scale.assign(size_t(kv_dim + 16), 0.5f);
+    b.ch_zero.assign(size_t(kv_dim + 16), 0.0f);
+  } else {
+    b.row_sz.resize(size_t(2 * rows));
+    for (int64_t j = 0; j < rows; ++j) b.row_sz[size_t(2 * j)] = 0.5f, b.row_sz[size_t(2 * j + 1)] = 0.0f;
+  }
+  const int64_t per_row = int64_t(double(kv_dim) * outliers + 0.5), stride = per_row > 0 ? kv_dim / per_row : 0;
+  b.row_ptr.reserve(size_t(rows + 1));
+  b.row_ptr.push_back(0);
+  for (int64_t j = 0; j < rows; ++j) {
+    for (int64_t e = 0; e < per_row; ++e) {  // one channel in each of per_row equal spans
+      b.col.push_back(uint16_t(e * stride + int64_t(next() % uint64_t(stride))));
+      b.val.push_back(f32_to_f16((next() & 1) ? 3.0f : -3.0f));
+    }
+    b.row_ptr.push_back(uint32_t(b.col.size()));
+  }
+  return b;
 }
 
 }  // namespace
@@ -184,14 +242,74 @@ int main(int argc, char** argv) {
                         bytes, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
           attn_json += buf;
         }
+    // Decode attention over one layer's codebook body (KVQuant's nuqX, cuda::attention_codebook):
+    // keys per channel, values per token, 1% outliers; with the keys stored before RoPE and rotated
+    // in the kernel from cos | sin rows ("rope": their bytes are counted too) or after it. The 7B
+    // shape at 1M tokens is KVQuant's headline (one GPU); ms per token = 32 such layers.
+    struct CbRow {
+      const char* model;
+      int heads, kv_heads, dim, bits;
+      double outliers;
+      int64_t ctx;
+      bool rope;
+    };
+    const CbRow cbrows[] = {{"1B", 32, 4, 64, 4, 0.0, 32768, false},   {"1B", 32, 4, 64, 3, 0.01, 32768, false},
+                            {"1B", 32, 4, 64, 3, 0.01, 262144, true},  {"7B", 32, 32, 128, 3, 0.01, 32768, false},
+                            {"7B", 32, 32, 128, 3, 0.01, 131072, true}, {"7B", 32, 32, 128, 3, 0.01, 1048576, false},
+                            {"7B", 32, 32, 128, 3, 0.01, 1048576, true}};
+    std::printf("\n%-5s %6s %8s %-14s %10s %9s %8s %7s %10s\n", "nuq", "heads", "ctx", "body", "MB", "us", "GB/s",
+                "% probe", "ms/token*");
+    std::string cb_json;
+    for (const CbRow& cr : cbrows) {
+      const int64_t C = int64_t(cr.kv_heads) * cr.dim;
+      const SynthCb k = synth_cb(cr.ctx, C, cr.bits, true, cr.outliers, 1), v = synth_cb(cr.ctx, C, cr.bits, false, cr.outliers, 2);
+      const cuda::DeviceCbLayer body(cr.kv_heads, cr.dim, cr.ctx, k.part(), v.part());
+      cuda::DeviceBuffer csd;
+      if (cr.rope) {
+        std::vector<float> cs(size_t(cr.ctx * cr.dim));
+        std::vector<double> inv(size_t(cr.dim / 2));
+        for (int i = 0; i < cr.dim / 2; ++i) inv[size_t(i)] = std::pow(10000.0, -2.0 * i / cr.dim);
+        for (int64_t j = 0; j < cr.ctx; ++j)
+          for (int i = 0; i < cr.dim / 2; ++i) {
+            const double a = double(j) * inv[size_t(i)];
+            cs[size_t(j * cr.dim + i)] = float(std::cos(a)), cs[size_t(j * cr.dim + cr.dim / 2 + i)] = float(std::sin(a));
+          }
+        csd = cuda::DeviceBuffer(cs.size() * sizeof(float));
+        csd.upload(cs.data(), csd.bytes());
+      }
+      std::vector<float> q(size_t(cr.heads) * cr.dim);
+      for (float& x : q) x = nd(rng);
+      cuda::DeviceBuffer qd(q.size() * sizeof(float)), od(q.size() * sizeof(float)), scratch;
+      qd.upload(q.data(), qd.bytes());
+      const AttnShape s{cr.heads, cr.kv_heads, cr.dim, 0};
+      const double ms = median_ms(cr.ctx > 200000 ? 5 : 10, cr.ctx > 200000 ? 2 : 5, [&](int) {
+        cuda::attention_codebook(s, qd.as<float>(), nullptr, nullptr, nullptr, 0, body, cr.ctx - 1, 1,
+                                 cr.rope ? csd.as<float>() : nullptr, od.as<float>(), scratch);
+      });
+      const double bytes = double(body.bytes() + csd.bytes());
+      const double gbs = bytes / (ms * 1e-3) / 1e9;
+      char fname[64];
+      std::snprintf(fname, sizeof fname, "nuq%d%s%s", cr.bits, cr.outliers > 0 ? "-1%" : "", cr.rope ? " rope" : "");
+      std::printf("%-5s %3d/%-2d %8lld %-14s %10.1f %9.1f %8.0f %6.0f%% %10.1f\n", cr.model, cr.heads, cr.kv_heads,
+                  (long long)cr.ctx, fname, bytes / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs, 32 * ms);
+      char buf[512];
+      std::snprintf(buf, sizeof buf,
+                    "%s{\"shape\": \"%s\", \"heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"ctx\": %lld, "
+                    "\"body\": \"%s\", \"bytes\": %.0f, \"us\": %.2f, \"gb_s\": %.1f, \"pct_probe\": %.1f, "
+                    "\"ms_per_token_32_layers\": %.2f}",
+                    cb_json.empty() ? "" : ", ", cr.model, cr.heads, cr.kv_heads, cr.dim, (long long)cr.ctx, fname, bytes,
+                    ms * 1e3, gbs, 100.0 * gbs / probe_gbs, 32 * ms);
+      cb_json += buf;
+    }
+    std::printf("* 32 layers of this one (a 7B has 32; a 1B has 22)\n");
     if (json_path) {
       FILE* jf = std::fopen(json_path, "w");
       if (!jf) fail("cannot write {}", json_path);
       std::fprintf(jf,
                    "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
-                   "\"probe_gb_s\": %.1f, \"gemv\": [%s], \"attention\": [%s]}\n",
+                   "\"probe_gb_s\": %.1f, \"gemv\": [%s], \"attention\": [%s], \"codebook_attention\": [%s]}\n",
                    cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
-                   rows_json.c_str(), attn_json.c_str());
+                   rows_json.c_str(), attn_json.c_str(), cb_json.c_str());
       std::fclose(jf);
     }
     return 0;

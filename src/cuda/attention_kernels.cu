@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "cuda/attention_kernels.h"
+#include "cuda/codebook_math.h"
 #include "cuda/linear_math.h"
 #include "formats/uniform_int.h"
 
@@ -46,6 +47,27 @@ __device__ inline float warp_max(float v) {
 __device__ inline float warp_sum(float v) {
   for (int off = 16; off > 0; off >>= 1) v = add_rn(v, __shfl_xor_sync(kFull, v, off));
   return v;
+}
+
+// Each head's scores sc[i·kAttnSplitRows + r], r < n, become exp(score − max) in place (one warp a
+// head); mx / sum get the split's max and Σ exp. Ends with a barrier.
+__device__ inline void split_softmax(float* sc, int n, int G, float* mx, float* sum) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int i = warp; i < G; i += kThreads / 32) {
+    float* row = sc + i * kAttnSplitRows;
+    float m = -INFINITY;
+    for (int r = lane; r < n; r += 32) m = fmaxf(m, row[r]);
+    m = warp_max(m);
+    float l = 0.0f;
+    for (int r = lane; r < n; r += 32) {
+      const float p = expf(row[r] - m);
+      row[r] = p;
+      l = add_rn(l, p);
+    }
+    l = warp_sum(l);
+    if (lane == 0) mx[i] = m, sum[i] = l;
+  }
+  __syncthreads();
 }
 
 __global__ void __launch_bounds__(kThreads) attn_partial(AttnArgs a) {
@@ -87,21 +109,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial(AttnArgs a) {
     sc[i * R + r] = s;
   }
   __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int i = warp; i < G; i += kThreads / 32) {
-    float m = -INFINITY;
-    for (int r = lane; r < n; r += 32) m = fmaxf(m, sc[i * R + r]);
-    m = warp_max(m);
-    float l = 0.0f;
-    for (int r = lane; r < n; r += 32) {
-      const float p = expf(sc[i * R + r] - m);
-      sc[i * R + r] = p;
-      l = add_rn(l, p);
-    }
-    l = warp_sum(l);
-    if (lane == 0) mx[i] = m, sum[i] = l;
-  }
-  __syncthreads();
+  split_softmax(sc, n, G, mx, sum);
   for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
     const int i = idx / D, d = idx % D;
     float acc = 0.0f;
@@ -120,8 +128,15 @@ __global__ void __launch_bounds__(kThreads) attn_partial(AttnArgs a) {
   for (int i = threadIdx.x; i < G; i += blockDim.x) part[i * (D + 2)] = mx[i], part[i * (D + 2) + 1] = sum[i];
 }
 
+// The split partials of every (token, kv head): part [T, n_kv_heads, nsplit, group, head_dim + 2].
+struct Partials {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, nsplit = 0;
+  const float* part = nullptr;
+  float* out = nullptr;
+};
+
 // out[t, h, :] = Σ_s e^{m_s - M}·acc_s / Σ_s e^{m_s - M}·l_s over the splits in order (M = max m_s).
-__global__ void __launch_bounds__(kThreads) attn_combine(AttnArgs a) {
+__global__ void __launch_bounds__(kThreads) attn_combine(Partials a) {
   const int H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim, G = H / Hkv;
   const int64_t t = blockIdx.x / H;
   const int h = int(blockIdx.x % H), g = h / G, i = h % G;
@@ -138,6 +153,105 @@ __global__ void __launch_bounds__(kThreads) attn_combine(AttnArgs a) {
       if (base[s * stride + 1] > 0.0f) o = add_rn(o, mul_rn(expf(base[s * stride] - M), base[s * stride + 2 + d]));
     a.out[(t * H + h) * D + d] = o / L;
   }
+}
+
+// The codebook body (KVQuant's nuqX): like attn_partial, but body rows are decoded kCbChunkRows at
+// a time into shared memory — dense values (codebook_math.h cb_dense), then the row's outliers of
+// this head patched in, then (pre-RoPE keys) rotated by their cos | sin row — and dotted from
+// there. Values: Σ_r p_r·v̂_r over the split's rows in order.
+__global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
+  extern __shared__ float smem[];
+  const int H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim, G = H / Hkv, half = D / 2;
+  constexpr int R = kAttnSplitRows, C = kCbChunkRows;
+  const int split = blockIdx.x;
+  const int64_t t = blockIdx.y / Hkv;
+  const int g = int(blockIdx.y % Hkv);
+  float* qs = smem;              // [G][D] the group's q rows (prefix keys)
+  float* qb = qs + G * D;        // [G][D] the same in the body keys' basis
+  float* sc = qb + G * D;        // [G][R] scores, then exp(score - max)
+  float* acc = sc + G * R;       // [G][D] the weighted sums
+  float* buf = acc + G * D;      // [C][D] decoded body rows
+  __shared__ float mx[kAttnMaxHeads], sum[kAttnMaxHeads];
+  const int64_t hi = a.P + a.n_past + t;
+  const int64_t lo = a.window > 0 && hi - a.window + 1 > 0 ? hi - a.window + 1 : 0;
+  const int64_t a0 = lo + int64_t(split) * R;
+  const int n = a0 > hi ? 0 : int(hi + 1 - a0 < R ? hi + 1 - a0 : R);
+  float* part = a.part + ((t * Hkv + g) * a.nsplit + split) * int64_t(G) * (D + 2);
+  if (n == 0) {
+    for (int i = threadIdx.x; i < G; i += blockDim.x) part[i * (D + 2)] = -INFINITY, part[i * (D + 2) + 1] = 0.0f;
+    return;
+  }
+  const float* qsrc = a.q_body ? a.q_body : a.q;
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+    qs[idx] = a.q[(t * H + int64_t(g) * G) * D + idx];
+    qb[idx] = qsrc[(t * H + int64_t(g) * G) * D + idx];
+    acc[idx] = 0.0f;
+  }
+  __syncthreads();
+  const int np = a0 >= a.P ? 0 : int(a.P - a0 < n ? a.P - a0 : n);  // the split's prefix rows come first
+  const auto capped = [&](float s) { return a.softcap > 0.0f ? mul_rn(a.softcap, tanhf(s / a.softcap)) : s; };
+  for (int idx = threadIdx.x; idx < G * np; idx += blockDim.x) {
+    const int i = idx / np, r = idx % np;
+    const float* k = a.pk + ((a0 + r) * Hkv + g) * D;
+    float dot = 0.0f;
+    for (int d = 0; d < D; ++d) dot = add_rn(dot, mul_rn(qs[i * D + d], k[d]));
+    sc[i * R + r] = capped(mul_rn(a.scale, dot));
+  }
+  __syncthreads();  // a split of prefix rows only has no chunk barrier before the softmax
+  // Rows [r0, r0 + c) of the split, all in the body, decoded into buf.
+  const auto decode = [&](const CbBodyDev& body, int r0, int c, bool rope) {
+    for (int e = threadIdx.x; e < c * D; e += blockDim.x) {
+      const int r = e / D, d = e % D;
+      buf[e] = math::cb_dense(body, g, D, a0 + r0 + r - a.P, d);
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < c; r += blockDim.x) {
+      const int64_t b = a0 + r0 + r - a.P;
+      for (uint32_t e = body.row_ptr[b]; e < body.row_ptr[b + 1]; ++e) {
+        const int col = math::cb_outlier_col(body, e, g, D);
+        if (col >= 0) buf[r * D + col] = math::cb_outlier_value(body, e);
+      }
+    }
+    __syncthreads();
+    if (!rope) return;
+    for (int e = threadIdx.x; e < c * half; e += blockDim.x) {
+      const int r = e / half, i = e % half;
+      const float* row = a.cs + (a0 + r0 + r - a.P) * D;
+      math::rope_pair(buf[r * D + i], buf[r * D + half + i], row[i], row[half + i]);
+    }
+    __syncthreads();
+  };
+  for (int r0 = np; r0 < n; r0 += C) {
+    const int c = n - r0 < C ? n - r0 : C;
+    decode(a.k, r0, c, a.cs != nullptr);
+    for (int idx = threadIdx.x; idx < G * c; idx += blockDim.x) {
+      const int i = idx / c, r = idx % c;
+      float dot = 0.0f;
+      for (int d = 0; d < D; ++d) dot = add_rn(dot, mul_rn(qb[i * D + d], buf[r * D + d]));
+      sc[i * R + r0 + r] = capped(mul_rn(a.scale, dot));
+    }
+    __syncthreads();
+  }
+  split_softmax(sc, n, G, mx, sum);
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+    const int i = idx / D, d = idx % D;
+    float o = 0.0f;
+    for (int r = 0; r < np; ++r) o = add_rn(o, mul_rn(sc[i * R + r], a.pv[((a0 + r) * Hkv + g) * D + d]));
+    acc[idx] = o;
+  }
+  for (int r0 = np; r0 < n; r0 += C) {
+    const int c = n - r0 < C ? n - r0 : C;
+    decode(a.v, r0, c, false);  // its first barrier also orders the prefix sums above
+    for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
+      const int i = idx / D, d = idx % D;
+      float o = acc[idx];
+      for (int r = 0; r < c; ++r) o = add_rn(o, mul_rn(sc[i * R + r0 + r], buf[r * D + d]));
+      acc[idx] = o;
+    }
+    __syncthreads();
+  }
+  for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) part[(idx / D) * (D + 2) + 2 + idx % D] = acc[idx];
+  for (int i = threadIdx.x; i < G; i += blockDim.x) part[i * (D + 2)] = mx[i], part[i * (D + 2) + 1] = sum[i];
 }
 
 __device__ inline float block_reduce(float v, bool is_max, float* red) {
@@ -214,7 +328,21 @@ void launch_attention(const AttnArgs& a, void* stream) {
   const int G = a.n_heads / a.n_kv_heads;
   const size_t smem = size_t(G) * (a.head_dim + kAttnSplitRows) * sizeof(float);
   attn_partial<<<dim3(unsigned(a.nsplit), unsigned(a.T * a.n_kv_heads)), kThreads, smem, st>>>(a);
-  attn_combine<<<dim3(unsigned(a.T * a.n_heads)), kThreads, 0, st>>>(a);
+  attn_combine<<<dim3(unsigned(a.T * a.n_heads)), kThreads, 0, st>>>(
+      Partials{a.n_heads, a.n_kv_heads, a.head_dim, a.nsplit, a.part, a.out});
+}
+
+size_t attention_codebook_smem(int group, int head_dim) {
+  return size_t(3 * group * head_dim + group * kAttnSplitRows + kCbChunkRows * head_dim) * sizeof(float);
+}
+
+void launch_attention_codebook(const CbAttnArgs& a, void* stream) {
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  const size_t smem = attention_codebook_smem(a.n_heads / a.n_kv_heads, a.head_dim);
+  if (smem > 48 * 1024) cudaFuncSetAttribute(attn_partial_cb, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  attn_partial_cb<<<dim3(unsigned(a.nsplit), unsigned(a.T * a.n_kv_heads)), kThreads, smem, st>>>(a);
+  attn_combine<<<dim3(unsigned(a.T * a.n_heads)), kThreads, 0, st>>>(
+      Partials{a.n_heads, a.n_kv_heads, a.head_dim, a.nsplit, a.part, a.out});
 }
 
 }  // namespace sinkq::cuda::detail

@@ -39,6 +39,48 @@ struct AttnArgs {
 };
 void launch_attention(const AttnArgs& a, void* stream);
 
+// A layer's K or V codebook body on the device (KVQuant's nuqX, lowbit/codebook_kv.h), as
+// lowbit::CodebookKvCache holds it: row b's b-bit index stream at codes + b·ld (kv head g's slice
+// from bit g·head_dim·bits), 16 levels (padded), per-channel (scale, zero) arrays [kv_dim + 16] or
+// per-row (scale, zero) pairs, and the dense-and-sparse outliers as a CSR by row (row_ptr; channel
+// of the whole kv row, fp16 value).
+struct CbBodyDev {
+  const uint8_t* codes = nullptr;
+  int64_t ld = 0;
+  int bits = 4;
+  const float* levels = nullptr;
+  const float* ch_scale = nullptr;  // channel vectors (else null)
+  const float* ch_zero = nullptr;
+  const float* row_sz = nullptr;    // token vectors: row b's scale at [2b], zero at [2b + 1] (else null)
+  const uint32_t* row_ptr = nullptr;
+  const uint16_t* col = nullptr;
+  const uint16_t* val = nullptr;
+};
+
+// Rows of a codebook body a thread block decodes into shared memory at a time.
+inline constexpr int kCbChunkRows = 16;
+
+// Attention over [fp32 prefix; codebook body] (lowbit::attention_codebook's semantics): prefix keys
+// scored with q, body keys with q_body (= q when null), body keys rotated by cs rows when given
+// (pre-RoPE keys: row b by cs + b·head_dim). The same splits and merge as launch_attention.
+struct CbAttnArgs {
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0, window = 0;
+  float scale = 0.0f, softcap = 0.0f;
+  const float* q = nullptr;
+  const float* q_body = nullptr;
+  const float* pk = nullptr;
+  const float* pv = nullptr;
+  int64_t P = 0, n_past = 0, T = 0;
+  CbBodyDev k, v;
+  const float* cs = nullptr;
+  int nsplit = 0;
+  float* part = nullptr;
+  float* out = nullptr;
+};
+// Dynamic shared memory the codebook kernel needs for a shape (bytes).
+size_t attention_codebook_smem(int group, int head_dim);
+void launch_attention_codebook(const CbAttnArgs& a, void* stream);
+
 // Stores rows of a dynamic KV format: x [T, kv_heads·head_dim] fp32 -> body rows [row0, row0 + T)
 // (codes, scales, zero points), one thread block per (row, span): a span is a kv head's slice
 // (per-head formats) or the whole row (per-token). Per span, as quant::compute_params +

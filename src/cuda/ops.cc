@@ -79,7 +79,7 @@ DeviceHadamard::DeviceHadamard(int64_t pow2, int m, const float* base, float sca
               kHadamardMaxBase);
   SINKQ_CHECK(m == 1 || base != nullptr, "cuda hadamard: m = {} needs a base matrix", m);
   const int64_t n = pow2 * m;
-  const int64_t limit = detail::hadamard_max_smem();
+  const int64_t limit = detail::max_block_smem();
   SINKQ_CHECK(n <= limit / int64_t(sizeof(float)),
               "cuda hadamard: a row of {} floats needs {} bytes of shared memory; this device gives a block {}", n,
               n * int64_t(sizeof(float)), limit);

@@ -134,7 +134,7 @@ void launch_embed(const void* table, int elem_bytes, bool bf16, int64_t cols, co
   if (n > 0) embed_kernel<<<grid_for(n), kThreads, 0, st(stream)>>>(table, elem_bytes, bf16, cols, ids, n, out);
 }
 
-int hadamard_max_smem() {
+int max_block_smem() {
   int dev = 0, v = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&v, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {

@@ -27,8 +27,9 @@ struct HadamardArgs {
   const float* pre = nullptr;   // [pow2·m] or null
   const float* post = nullptr;
 };
-// The largest dynamic shared memory a block may use on this device (the opt-in limit), bytes.
-int hadamard_max_smem();
+// The largest dynamic shared memory a block may use on this device (the opt-in limit), bytes;
+// the kernels that need more than 48 KB opt in at launch.
+int max_block_smem();
 void launch_hadamard(const HadamardArgs& a, void* stream);
 
 }  // namespace sinkq::cuda::detail

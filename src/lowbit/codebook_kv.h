@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "formats/nuq.h"
+#include "formats/nuq_stream.h"
 #include "kernels/cpu_features.h"
 #include "kernels/ops.h"
 
@@ -138,9 +139,7 @@ namespace detail {
 inline constexpr int64_t kCodeSlack = 16;  // bytes past the last row the kernels may load (not use)
 // Index `index` of a bit stream of `bits`-bit codes (may read the byte after the code's last one).
 inline uint32_t cb_code(const uint8_t* row, int64_t index, int bits) {
-  const int64_t bit = index * bits;
-  const uint32_t w = uint32_t(row[bit >> 3]) | uint32_t(row[(bit >> 3) + 1]) << 8;
-  return w >> (bit & 7) & ((1u << bits) - 1u);
+  return formats::nuq::stream_code(row, index, bits);
 }
 // The per-ISA serial kernels over the body of one kv head (scalar: codebook_attn.cc; AVX2 /
 // AVX-512: cb_simd.inc in kv_avx2.cc / kv_avx512.cc). q: [G, ldq], ldq >= D a multiple of 16,

@@ -18,6 +18,7 @@
 #include "formats/quantizer.h"
 #include "kernels/ops.h"
 #include "lowbit/formats.h"
+#include "lowbit/codebook_testutil.h"
 #include "lowbit/kv_kernels.h"
 
 namespace sinkq::cuda {
@@ -137,6 +138,54 @@ TEST(CudaAttention, WithinTheBoundOfTheDoubleOracle) {
     if (!t.dynamic()) continue;  // the static ones need calibrated params; the same kernels read them
     for (const Case& c : cases) check_case(rng, t.format, c);
   }
+}
+
+// The codebook body (KVQuant's nuqX; DeviceCbLayer + attention_codebook) against the double oracle
+// lowbit::ref::attention_codebook, within the CPU kernels' bound (tests/lowbit/codebook_testutil.h)
+// extended by the split merge: every case of the CPU test (2 / 3 / 4 bits, keys and values per
+// channel or per token, 0 / 5% outliers, RoPE on the decoded keys, two query bases, windows) plus
+// contexts of several splits and a group of 12 at head_dim 128.
+void check_codebook(std::mt19937_64& rng, const lowbit::cbtest::Case& c) {
+  const lowbit::cbtest::Scene s = lowbit::cbtest::make(rng, c);
+  const AttnShape shape{c.H, c.Hkv, c.D, c.window};
+  const KvSegment pre{s.pk.data(), s.pv.data(), c.P};
+  const float* cs = c.rope ? s.cs.data() + c.P * c.D : nullptr;
+  std::vector<float> ref(s.q.size(), NAN);
+  lowbit::ref::attention_codebook(shape, s.q.data(), s.q_body(), pre, s.cache, 1, c.n_past, c.T, cs, ref.data());
+  const DeviceCbLayer body(s.cache, 1, c.D);
+  const DeviceBuffer qd = to_device(s.q), qbd = to_device(s.qb), pkd = to_device(s.pk), pvd = to_device(s.pv);
+  const std::vector<float> cs_rows = c.rope ? std::vector<float>(s.cs.begin() + c.P * c.D, s.cs.end()) : std::vector<float>();
+  const DeviceBuffer csd = to_device(cs_rows);
+  DeviceBuffer out = to_device(std::vector<float>(s.q.size(), NAN)), scratch;
+  attention_codebook(shape, qd.as<float>(), s.qb.empty() ? nullptr : qbd.as<float>(), pkd.as<float>(), pvd.as<float>(),
+                     c.P, body, c.n_past, c.T, c.rope ? csd.as<float>() : nullptr, out.as<float>(), scratch);
+  std::vector<float> got(s.q.size());
+  out.download(got.data(), got.size() * sizeof(float));
+  const int64_t keys = c.P + c.n_past + c.T;
+  const int64_t keys_max = c.window > 0 ? std::min<int64_t>(keys, c.window) : keys;
+  lowbit::cbtest::check(c, s, got, ref, "device", int((keys_max + 127) / 128));
+}
+
+std::vector<lowbit::cbtest::Case> codebook_cases() {
+  std::vector<lowbit::cbtest::Case> v = lowbit::cbtest::cases();
+  v.push_back({8, 2, 64, 0, 3, 300, 2, 3, true, false, true, 0.01});     // 3 splits, pre-RoPE keys per channel
+  v.push_back({4, 4, 128, 200, 0, 400, 1, 4, false, true, false, 0.05});  // a window over 2 splits, MHA
+  v.push_back({12, 2, 128, 0, 3, 130, 6, 2, true, true, true, 0.05});     // a group of 12, prefill of 6
+  return v;
+}
+
+TEST(CudaCodebookAttention, WithinTheBoundOfTheDoubleOracle) {
+  std::string why;
+  ASSERT_TRUE(device_available(&why)) << "no CUDA device: " << why;
+  std::mt19937_64 rng(4047);
+  for (const lowbit::cbtest::Case& c : codebook_cases()) check_codebook(rng, c);
+}
+
+TEST(CudaCodebookAttention, SmallCasesForTheSanitizers) {
+  std::string why;
+  ASSERT_TRUE(device_available(&why)) << "no CUDA device: " << why;
+  std::mt19937_64 rng(4048);
+  check_codebook(rng, {4, 2, 32, 0, 3, 140, 2, 3, true, false, true, 0.05});
 }
 
 // A few cases for compute-sanitizer's memcheck / racecheck (scripts/device_check.sh).

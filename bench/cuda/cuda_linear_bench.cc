@@ -1,5 +1,6 @@
 // bench/cuda/cuda_linear_bench.cc — the device linear's decode GEMV (cuda/linear.h) against the
-// device's own read bandwidth, side by side in one run (scripts/device_check.sh runs it on a GPU).
+// device's own read bandwidth, side by side in one run (scripts/device_check.sh runs it on a GPU);
+// its tensor-core prefill GEMM in TOPS; attention over packed and codebook KV bodies.
 //
 // Probe: a device-to-device cudaMemcpy of 2 GiB, bytes read + written over the median time. Each
 // GEMV row: one token through a packed [N, K] matrix, the weight bytes it must read (codes,
@@ -199,6 +200,41 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // Prefill on the int8 tensor cores (DeviceLinear::gemm): 512 tokens through the 7B / 1.5B
+    // matrices, TOPS = 2·T·N·K / time (the integer products and sums), beside the GEMV's
+    // T = 512 rows. The goal: W8A8 ≥ 1.5× cuBLAS fp16 (torch_gemv.py prints torch.matmul
+    // at the same shapes).
+    std::printf("\n%-14s %6s %6s %5s %-17s %9s %8s\n", "prefill", "N", "K", "T", "format", "us", "TOPS");
+    std::string gemm_json;
+    for (const Shape& s : {shapes[5], shapes[6], shapes[1]}) {
+      const int64_t T = 512;
+      std::vector<float> w(size_t(s.n * s.k)), x(size_t(T * s.k));
+      for (float& v : w) v = nd(rng);
+      for (float& v : x) v = nd(rng);
+      cuda::DeviceBuffer xd(x.size() * sizeof(float)), yd(size_t(T * s.n) * sizeof(float));
+      xd.upload(x.data(), xd.bytes());
+      cuda::DeviceActivations act;
+      cuda::quantize(xd.as<float>(), T, s.k, cuda::ActQuant{}, act);
+      for (const PackedFormat f : {PackedFormat::W8_PerRow, PackedFormat::W4_G128_Asym}) {
+        const cuda::DeviceLinear dl(lowbit::repack(lowbit::quantize(f, w.data(), s.n, s.k)));
+        for (const bool tc : {true, false}) {
+          const double ms = median_ms(10, 3, [&](int) {
+            if (tc) dl.gemm(act, nullptr, yd.as<float>());
+            else dl.gemv(act, nullptr, yd.as<float>());
+          });
+          ck(cudaGetLastError(), "prefill");
+          const double tops = 2.0 * double(T) * double(s.n) * double(s.k) / (ms * 1e-3) / 1e12;
+          const std::string fname = std::string(lowbit::traits(f).name) + (tc ? " tc" : " gemv");
+          std::printf("%-14s %6lld %6lld %5lld %-17s %9.1f %8.1f\n", s.model, (long long)s.n, (long long)s.k,
+                      (long long)T, fname.c_str(), ms * 1e3, tops);
+          char buf[256];
+          std::snprintf(buf, sizeof buf, "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"t\": %lld, \"format\": \"%s\", \"us\": %.2f, \"tops\": %.2f}",
+                        gemm_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k, (long long)T,
+                        fname.c_str(), ms * 1e3, tops);
+          gemm_json += buf;
+        }
+      }
+    }
     // Decode attention (T = 1) over one layer's packed KV body: the body bytes the visible rows
     // hold (K and V codes and scales) over the median time per call.
     struct AttnShapeRow {
@@ -307,9 +343,9 @@ int main(int argc, char** argv) {
       if (!jf) fail("cannot write {}", json_path);
       std::fprintf(jf,
                    "{\"device\": \"%s\", \"driver\": %d, \"runtime\": %d, \"sm_clock_mhz\": %d, \"mem_clock_mhz\": %d, "
-                   "\"probe_gb_s\": %.1f, \"gemv\": [%s], \"attention\": [%s], \"codebook_attention\": [%s]}\n",
+                   "\"probe_gb_s\": %.1f, \"gemv\": [%s], \"prefill\": [%s], \"attention\": [%s], \"codebook_attention\": [%s]}\n",
                    cuda::device_description().c_str(), driver, runtime, sm_clock / 1000, mem_clock / 1000, probe_gbs,
-                   rows_json.c_str(), attn_json.c_str(), cb_json.c_str());
+                   rows_json.c_str(), gemm_json.c_str(), attn_json.c_str(), cb_json.c_str());
       std::fclose(jf);
     }
     return 0;

@@ -1,4 +1,4 @@
-"""PyTorch's fp16 / bf16 decode GEMV on the device at the shapes of bench/cuda/cuda_linear_bench.cc:
+"""PyTorch's fp16 / bf16 decode GEMV (and 512-token prefill matmul) on the device at the shapes of bench/cuda/cuda_linear_bench.cc:
 the baseline beside sinkq's packed GEMV (scripts/device_check.sh). One token through an [N, K]
 weight (torch.nn.functional.linear), the weight bytes over the median time per launch of 30 timings
 of 20 launches (CUDA events), rotating over enough weight copies to exceed 4x the L2 cache."""
@@ -40,6 +40,14 @@ def main():
             us = median_us(lambda i: torch.nn.functional.linear(x, copies[i % len(copies)]))
             print(f"{name:14s} {n:6d} {k:6d} {str(dtype)[6:]:8s} {bytes_ / 1e6:8.2f} {us:9.2f} {bytes_ / us / 1e3:8.0f}")
             del copies
+    # Prefill: torch.matmul of 512 tokens at the shapes of the bench's prefill rows (cuBLAS fp16 / bf16).
+    print(f"\n{'prefill':14s} {'N':>6s} {'K':>6s} {'T':>5s} {'dtype':8s} {'us':>9s} {'TFLOPS':>8s}")
+    for name, n, k in (SHAPES[5], SHAPES[6], SHAPES[1]):
+        for dtype in (torch.float16, torch.bfloat16):
+            x = torch.randn(512, k, device=dev, dtype=dtype)
+            w = torch.randn(n, k, device=dev, dtype=dtype)
+            us = median_us(lambda i: torch.nn.functional.linear(x, w), reps=10, inner=3)
+            print(f"{name:14s} {n:6d} {k:6d} {512:5d} {str(dtype)[6:]:8s} {us:9.1f} {2 * 512 * n * k / us / 1e6:8.1f}")
 
 
 if __name__ == "__main__":

@@ -164,7 +164,7 @@ DeviceLinear::DeviceLinear(const lowbit::KernelWeights& w) : format_(w.format) {
   }
 }
 
-void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* y, int unroll) const {
+detail::GemvArgs DeviceLinear::args(const DeviceActivations& act, const float* bias, float* y, int unroll) const {
   SINKQ_CHECK(act.cols == cols_, "cuda linear: activations have {} features, weights {}", act.cols, cols_);
   SINKQ_CHECK(unroll == 1 || unroll == 4, "cuda linear: unroll {} (1 or 4)", unroll);
   SINKQ_CHECK(y && act.T >= 1, "cuda linear: no output pointer, or activations not quantized");
@@ -176,15 +176,26 @@ void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* 
   a.xcodes = act.codes.as<int8_t>(), a.T = act.T, a.ldx = act.ldc;
   a.xscales = act.scales.as<float>(), a.xsums = act.sums.as<int32_t>(), a.nsum = act.nsum;
   a.bias = bias, a.y = y;
-  detail::launch_gemv(a, nullptr);
+  return a;
+}
+
+void DeviceLinear::gemv(const DeviceActivations& act, const float* bias, float* y, int unroll) const {
+  detail::launch_gemv(args(act, bias, y, unroll), nullptr);
   check_launch("gemv launch");
+}
+
+void DeviceLinear::gemm(const DeviceActivations& act, const float* bias, float* y) const {
+  detail::GemvArgs a = args(act, bias, y, 4);
+  detail::launch_gemm_tc(a, nullptr);
+  check_launch("tensor-core gemm launch");
 }
 
 void DeviceLinear::forward(const float* x, int64_t T, const ActQuant& q, const float* bias, float* y,
                            DeviceActivations& scratch, int unroll) const {
   quantize(x, T, cols_, q, scratch);
-  gemv(scratch, bias, y, unroll);
-  check(cudaDeviceSynchronize(), "gemv");
+  if (T >= kGemmMinTokens) gemm(scratch, bias, y);
+  else gemv(scratch, bias, y, unroll);
+  check(cudaDeviceSynchronize(), "linear");
 }
 
 }  // namespace sinkq::cuda

@@ -6,14 +6,15 @@
 //
 // Plain C++ (no CUDA types): the engine and the tests include it without nvcc. Built only with
 // -DSINKQ_CUDA=ON (src/cuda/CMakeLists.txt); every CUDA error becomes a sinkq::Error naming the
-// call. Not yet: W4A4 (A4 activations), int8 tensor-core prefill GEMM (T tokens run as T GEMV rows
-// today), CrossQuant's folded token scales, the rest of the model (docs/cuda.md).
+// call. Prefill (T >= kGemmMinTokens) runs on the int8 tensor cores, the same bits. Not yet: W4A4
+// (A4 activations), CrossQuant's folded token scales, the rest of the model (docs/cuda.md).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "cuda/linear_kernels.h"
 #include "lowbit/kernels.h"
 
 namespace sinkq::cuda {
@@ -78,8 +79,13 @@ class DeviceLinear {
   // The GEMV alone over activations already quantized into `act` (by quantize()), asynchronous on
   // the default stream: what a benchmark times.
   void gemv(const DeviceActivations& act, const float* bias, float* y, int unroll = 4) const;
+  // The same product on the int8 tensor cores (the same bits; forward() takes it from
+  // kGemmMinTokens tokens on), asynchronous likewise.
+  void gemm(const DeviceActivations& act, const float* bias, float* y) const;
+  static constexpr int64_t kGemmMinTokens = 16;
 
  private:
+  detail::GemvArgs args(const DeviceActivations& act, const float* bias, float* y, int unroll) const;
   lowbit::PackedFormat format_;
   int bits_ = 8;
   bool grouped_ = false, asymmetric_ = false;

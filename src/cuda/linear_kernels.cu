@@ -1,11 +1,12 @@
 // sinkq/cuda/linear_kernels.cu — the device kernels of cuda/linear.h: A8 activation quantization
-// and the packed W8 / W4 linear (decode GEMV; T tokens as T thread-block rows), bit for bit
+// and the packed W8 / W4 linear (decode GEMV; prefill on the int8 tensor cores), bit for bit
 // lowbit::quantize_dynamic / quantize_static and lowbit::ref::gemm (the arithmetic is
 // cuda/linear_math.h, shared with the host replay test).
 //
 // Built with -fmad=false -prec-div=true -ftz=false (src/cuda/CMakeLists.txt): a contracted
 // multiply-add or an approximate division would change the bits.
 #include <cuda_runtime.h>
+#include <mma.h>
 
 #include <cfloat>
 #include <cstdint>
@@ -174,6 +175,92 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   }
 }
 
+// The tensor-core GEMM (wmma m16n16k16, int8 × int8 → int32). Per round of kTcChunk columns the
+// block stages its 64 tokens' codes as As[slab][token][16] and its 16 rows' levels as
+// Bs[slab][row][16] (B column-major: element (k, n) at n·16 + k), then warp w multiplies its 16
+// tokens by the 16 rows over the 4 slabs. Per-row formats add every slab into one accumulator
+// (exact int32), folded once at the end: out_per_row(Σ, s_x, s_w). Grouped formats store and
+// fold the accumulator at each group's last column, ascending: f = fold_group(f, s_g, Σ_g), then
+// out_grouped(f, s_x) — the GEMV's functions in the GEMV's order, so the same bits.
+template <int BITS, bool GROUPED>
+__global__ void __launch_bounds__(kThreads) gemm_tc_kernel(GemvArgs a) {
+  using namespace nvcuda;
+  constexpr int SC = step_cols(BITS), SPC = kTcChunk / SC, kWarps = kThreads / 32;
+  static_assert(kWarps * 16 == kTcTokens && kTcChunk == 64, "four warps of 16 tokens, four slabs of 16 columns");
+  __shared__ __align__(32) int8_t As[4][kTcTokens][16];
+  __shared__ __align__(32) int8_t Bs[4][16][16];
+  __shared__ __align__(32) int32_t Cs[kWarps][16][16];
+  __shared__ float F[kWarps][16 * 16];
+  const int64_t b = blockIdx.x, t0 = int64_t(blockIdx.y) * kTcTokens;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const uint8_t* wb = a.codes + b * a.steps * 64;
+  const int gcols = GROUPED ? int(a.cols / a.groups) : 1;  // 32-bit: a 64-bit division is a call
+  float* f = F[warp];
+  for (int e = lane; e < 256; e += 32) f[e] = 0.0f;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, int> acc;
+  wmma::fill_fragment(acc, 0);
+  const int64_t nchunk = (a.steps * SC + kTcChunk - 1) / kTcChunk;
+  for (int64_t ch = 0; ch < nchunk; ++ch) {
+    const int64_t k0 = ch * kTcChunk;
+    for (int p = tid; p < kTcTokens * 4; p += kThreads) {  // 16-byte pieces: (token, slab)
+      const int tt = p / 4, sl = p % 4;
+      const int64_t t = t0 + tt;
+      int4 v = make_int4(0, 0, 0, 0);
+      if (t < a.T) v = *reinterpret_cast<const int4*>(a.xcodes + t * a.ldx + k0 + sl * 16);  // k0 + 64 <= ldx
+      *reinterpret_cast<int4*>(&As[sl][tt][0]) = v;
+    }
+    for (int p = tid; p < SPC * 16; p += kThreads) {  // words: (step of the round, row)
+      const int sr = p / 16, r = p % 16;
+      const int64_t s = ch * SPC + sr;
+      const bool in = s < a.steps;
+      const uint32_t w = in ? *reinterpret_cast<const uint32_t*>(wb + s * 64 + 4 * r) : 0u;
+      if constexpr (BITS == 8) {
+        *reinterpret_cast<uint32_t*>(&Bs[sr / 4][r][(sr % 4) * 4]) = in ? levels_w8(w) : 0u;
+      } else {
+        const int32_t z = GROUPED && a.asymmetric && in ? a.wzeros[(b * a.groups + int(s) * SC / gcols) * 16 + r] : 8;
+        uint32_t lo = 0, hi = 0;
+        if (in) levels_w4(w, z, lo, hi);
+        uint32_t* dst = reinterpret_cast<uint32_t*>(&Bs[sr / 2][r][(sr % 2) * 8]);
+        dst[0] = lo, dst[1] = hi;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int sl = 0; sl < 4; ++sl) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, signed char, wmma::row_major> fa;
+      wmma::fragment<wmma::matrix_b, 16, 16, 16, signed char, wmma::col_major> fb;
+      wmma::load_matrix_sync(fa, &As[sl][warp * 16][0], 16);
+      wmma::load_matrix_sync(fb, &Bs[sl][0][0], 16);
+      wmma::mma_sync(acc, fa, fb, acc);
+      if constexpr (GROUPED) {
+        const int kend = int(k0) + (sl + 1) * 16;
+        if (kend % gcols == 0 && kend <= a.cols) {  // group kend / gcols − 1 is complete
+          const int64_t g = kend / gcols - 1;
+          wmma::store_matrix_sync(&Cs[warp][0][0], acc, 16, wmma::mem_row_major);
+          __syncwarp();
+          for (int e = lane; e < 256; e += 32)
+            f[e] = fold_group(f[e], a.wscales[(b * a.groups + g) * 16 + e % 16], Cs[warp][e / 16][e % 16]);
+          __syncwarp();
+          wmma::fill_fragment(acc, 0);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  if constexpr (!GROUPED) {
+    wmma::store_matrix_sync(&Cs[warp][0][0], acc, 16, wmma::mem_row_major);
+    __syncwarp();
+  }
+  for (int e = lane; e < 256; e += 32) {
+    const int tt = e / 16, n = e % 16;
+    const int64_t t = t0 + warp * 16 + tt, row = b * 16 + n;
+    if (t >= a.T || row >= a.rows) continue;
+    const float v = GROUPED ? out_grouped(f[e], a.xscales[t])
+                            : out_per_row(Cs[warp][tt][n], a.xscales[t], a.wscales[b * 16 + n]);
+    a.y[t * a.rows + row] = with_bias(v, a.bias, row);
+  }
+}
+
 template <int U>
 void launch_gemv_u(const GemvArgs& a, dim3 grid, cudaStream_t st) {
   if (a.bits == 8) gemv_kernel<8, false, U><<<grid, kThreads, 0, st>>>(a);
@@ -182,6 +269,14 @@ void launch_gemv_u(const GemvArgs& a, dim3 grid, cudaStream_t st) {
 }
 
 }  // namespace
+
+void launch_gemm_tc(const GemvArgs& a, void* stream) {
+  const dim3 grid(unsigned((a.rows + 15) / 16), unsigned((a.T + kTcTokens - 1) / kTcTokens));
+  cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (a.bits == 8) gemm_tc_kernel<8, false><<<grid, kThreads, 0, st>>>(a);
+  else if (!a.grouped) gemm_tc_kernel<4, false><<<grid, kThreads, 0, st>>>(a);
+  else gemm_tc_kernel<4, true><<<grid, kThreads, 0, st>>>(a);
+}
 
 void launch_quantize_a8(const QuantArgs& a, void* stream) {
   quantize_a8_kernel<<<dim3(unsigned(a.T)), kQuantThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);

@@ -46,5 +46,9 @@ struct GemvArgs {
   float* y = nullptr;               // [T, rows]
 };
 void launch_gemv(const GemvArgs& a, void* stream);
+// The same product on the int8 tensor cores (prefill: T tokens): one thread block per (16-row
+// block, 64 tokens); weights widened to int8 levels in shared memory (linear_math.h levels_w8 /
+// levels_w4), the integer sums exact, folded as the GEMV folds them: the same bits. `unroll` unused.
+void launch_gemm_tc(const GemvArgs& a, void* stream);
 
 }  // namespace sinkq::cuda::detail

@@ -96,6 +96,33 @@ SINKQ_HD inline float out_grouped(float f, float sx) { return mul_rn(sx, f); }
 // + bias (when there is one), one rounding.
 SINKQ_HD inline float with_bias(float v, const float* bias, int64_t row) { return bias ? add_rn(v, bias[row]) : v; }
 
+// The tensor-core path (linear_kernels.cu gemm_tc_kernel) multiplies weight *levels* as int8,
+// so its integer sums are the level sums directly: 8-bit, c = u − 128 (u ^ 0x80 per byte);
+// 4-bit, the 8 nibbles of a step word as u − z (z = 8 symmetric or the zero point; in [−15, 15]),
+// columns 0..3 into lo and 4..7 into hi (byte j of each: column j, resp. 4 + j).
+SINKQ_HD inline uint32_t levels_w8(uint32_t w) { return w ^ 0x80808080u; }
+SINKQ_HD inline void levels_w4(uint32_t w, int32_t z, uint32_t& lo, uint32_t& hi) {
+  lo = hi = 0;
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t b = (w >> (8 * j)) & 0xFF;
+    lo |= uint32_t(uint8_t(int8_t(int32_t(b & 0xF) - z))) << (8 * j);
+    hi |= uint32_t(uint8_t(int8_t(int32_t(b >> 4) - z))) << (8 * j);
+  }
+}
+// acc + Σ_j a_j·b_j over 4 int8 lanes of each word (both signed): what the tensor cores sum.
+SINKQ_HD inline int32_t dot4_i8(uint32_t a, uint32_t b, int32_t acc) {
+#if defined(__CUDA_ARCH__)
+  return __dp4a(int(a), int(b), acc);
+#else
+  for (int j = 0; j < 4; ++j)
+    acc += int32_t(int8_t(uint8_t((a >> (8 * j)) & 0xFF))) * int32_t(int8_t(uint8_t((b >> (8 * j)) & 0xFF)));
+  return acc;
+#endif
+}
+// Tokens a tensor-core thread block takes (4 warps of 16) and columns it stages per round.
+inline constexpr int kTcTokens = 64;
+inline constexpr int kTcChunk = 64;
+
 // The activation side: columns of a step (4 for 8-bit weights, 8 for 4-bit), and the sums of the
 // int8 activation codes over 32-column chunks (a group's Σ x is the sum of its chunks: groups are
 // multiples of 32 columns; a per-row 4-bit row sums every chunk).

@@ -1,6 +1,7 @@
 // tests/cuda/linear_math_test.cc — the device linear's arithmetic, replayed on the host (no GPU):
 // the kernels' decomposition (cuda/linear_kernels.cu: a thread's 16-byte share of a step, passes
-// of 32 steps, warp / group reductions, the group folds in order) written with the functions of
+// of 32 steps, warp / group reductions, the group folds in order; and the tensor-core path's
+// weights widened to int8 levels, exact integer dots, folds at each group's end) written with the functions of
 // cuda/linear_math.h that the kernels call, held to lowbit::ref::gemm bit for bit on every weight
 // format, awkward shapes, clipped codes and a bias. The same bits on the device are the device
 // test's (tests/cuda/device/linear_device_test.cc); this one runs in CI everywhere, so a change to
@@ -123,6 +124,58 @@ std::vector<float> replay_gemv(const KernelWeights& w, const Acts& a, const floa
   return y;
 }
 
+// The tensor-core kernel's work (linear_kernels.cu gemm_tc_kernel): rounds of kTcChunk columns,
+// the weights widened to int8 levels word by word as it stages them (zero past the last step),
+// the integer dots of levels and codes (exact, so the tensor cores' order does not matter), and
+// the folds at each group's last column in ascending order (per-row formats: once at the end).
+std::vector<float> replay_gemm_tc(const KernelWeights& w, const Acts& a, const float* bias) {
+  const lowbit::FormatDesc& fd = lowbit::traits(w.format);
+  const int bits = fd.bits, sc = m::step_cols(bits);
+  const bool grouped = fd.group > 0, asym = !fd.symmetric;
+  const int64_t blocks = (w.rows + 15) / 16, gcols = grouped ? w.cols / w.groups : 1;
+  const int64_t nchunk = (w.steps * sc + m::kTcChunk - 1) / m::kTcChunk;
+  std::vector<float> y(size_t(a.T * w.rows), NAN);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const uint8_t* wb = w.codes.data() + b * w.steps * 64;
+    for (int r = 0; r < 16; ++r) {
+      std::vector<int8_t> lv(size_t(nchunk * m::kTcChunk), 0);  // row r's levels, as Bs holds them
+      for (int64_t s = 0; s < w.steps; ++s) {
+        const uint32_t wd = word(wb + s * 64 + 4 * r);
+        if (bits == 8) {
+          const uint32_t l = m::levels_w8(wd);
+          std::memcpy(lv.data() + s * 4, &l, 4);
+        } else {
+          const int32_t z = grouped && asym ? w.zeros[size_t((b * w.groups + s * sc / gcols) * 16 + r)] : 8;
+          uint32_t lo = 0, hi = 0;
+          m::levels_w4(wd, z, lo, hi);
+          std::memcpy(lv.data() + s * 8, &lo, 4);
+          std::memcpy(lv.data() + s * 8 + 4, &hi, 4);
+        }
+      }
+      const int64_t row = b * 16 + r;
+      if (row >= w.rows) continue;
+      for (int64_t t = 0; t < a.T; ++t) {
+        const int8_t* xr = a.codes.data() + t * a.ldc;
+        int32_t acc = 0;
+        float f = 0.0f;
+        for (int64_t k = 0; k < nchunk * m::kTcChunk; k += 4) {
+          acc = m::dot4_i8(word(reinterpret_cast<const uint8_t*>(lv.data() + k)),
+                           word(reinterpret_cast<const uint8_t*>(xr + k)), acc);
+          if (grouped && (k + 4) % gcols == 0 && k + 4 <= w.cols) {
+            const size_t pi = size_t((b * w.groups + (k + 4) / gcols - 1) * 16 + r);
+            f = m::fold_group(f, w.scales[pi], acc);
+            acc = 0;
+          }
+        }
+        const float v = grouped ? m::out_grouped(f, a.scales[size_t(t)])
+                                : m::out_per_row(acc, a.scales[size_t(t)], w.scales[size_t(row)]);
+        y[size_t(t * w.rows + row)] = m::with_bias(v, bias, row);
+      }
+    }
+  }
+  return y;
+}
+
 std::vector<float> normal(std::mt19937_64& rng, int64_t n, float outlier_every, float outlier) {
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(static_cast<size_t>(n));
@@ -164,6 +217,8 @@ TEST(CudaLinearMath, ReplayOfTheKernelsEqualsRefGemmBitForBit) {
               lowbit::ref::gemm(xp, wp, with_bias ? bias.data() : nullptr, want.data());
               const std::vector<float> got = replay_gemv(kw, a, with_bias ? bias.data() : nullptr);
               ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+              const std::vector<float> tc = replay_gemm_tc(kw, a, with_bias ? bias.data() : nullptr);
+              ASSERT_EQ(0, std::memcmp(want.data(), tc.data(), want.size() * sizeof(float))) << "tensor-core path";
             }
             ++cases;
           }

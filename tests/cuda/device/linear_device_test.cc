@@ -1,8 +1,8 @@
 // tests/cuda/device/linear_device_test.cc — the device linear (cuda/linear.h) against the CPU, on a
 // GPU: the activation codes, scales and outputs bit for bit lowbit::quantize_dynamic /
 // quantize_static + lowbit::gemm (which equals lowbit::ref::gemm bit for bit) on every weight
-// format, odd shapes, decode and multi-token calls, clipped codes and a bias; every output
-// element written (the output is poisoned with NaN first); fresh random inputs per case; bad input
+// format, odd shapes, decode and multi-token calls (both GEMV variants and the tensor-core GEMM),
+// clipped codes and a bias; every output element written (the output is poisoned with NaN first); fresh random inputs per case; bad input
 // refused with the token and feature named. Built with -DSINKQ_CUDA=ON, not registered with ctest
 // (CI has no GPU): scripts/device_check.sh runs it, and under compute-sanitizer. Without a device
 // it fails, it does not skip: it is only ever run where one must be.
@@ -87,6 +87,16 @@ void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int
         << "unroll " << unroll << ", first y: device " << got[0] << ", cpu " << want[0];
   }
 
+  {  // the tensor-core path at this T too (forward() takes it from kGemmMinTokens tokens on)
+    DeviceBuffer y = to_device(std::vector<float>(size_t(T * N), NAN));
+    quantize(x.as<float>(), T, K, aq, act);
+    dl.gemm(act, with_bias ? b.as<float>() : nullptr, y.as<float>());
+    const std::vector<float> got = from_device(y, size_t(T * N));
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_FALSE(std::isnan(got[i])) << "y[" << i << "] not written, tensor cores";
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)))
+        << "tensor cores, first y: device " << got[0] << ", cpu " << want[0];
+  }
+
   std::vector<int8_t> codes(size_t(T * act.ldc));
   act.codes.download(codes.data(), codes.size());
   std::vector<float> scales(static_cast<size_t>(T));
@@ -106,7 +116,7 @@ TEST_F(CudaLinear, EqualsTheCpuBitForBitOnEveryWeightFormat) {
                                           : std::vector<int64_t>{3, 100, 257, 1536};
     for (const int64_t K : ks)
       for (const int64_t N : {int64_t(1), int64_t(37), int64_t(300)})
-        for (const int64_t T : {int64_t(1), int64_t(5)})
+        for (const int64_t T : {int64_t(1), int64_t(5), int64_t(70)})  // 70: two tensor-core token tiles
           for (const bool static_act : {false, true})
             check_case(rng, wf, N, K, T, static_act, static_act ? 0.8f : 1.0f, T == 5);
   }

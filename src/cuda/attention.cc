@@ -222,7 +222,9 @@ void attention_codebook(const AttnShape& s, const float* q, const float* q_body,
                         const float* cs, float* out, DeviceBuffer& scratch) {
   check_call(s, body.kv_heads(), body.head_dim(), body.rows(), q, prefix_k, prefix_v, P, n_past, T, out);
   SINKQ_CHECK(s.head_dim % 2 == 0, "cuda codebook attention: head_dim {} is odd", s.head_dim);
-  const int64_t smem = int64_t(detail::attention_codebook_smem(s.n_heads / s.n_kv_heads, s.head_dim));
+  // The dynamic carve-up plus the kernel's static max / sum arrays.
+  const int64_t smem = int64_t(detail::attention_codebook_smem(s.n_heads / s.n_kv_heads, s.head_dim)) +
+                       2 * detail::kAttnMaxHeads * int64_t(sizeof(float));
   const int64_t limit = detail::max_block_smem();
   SINKQ_CHECK(smem <= limit, "cuda codebook attention: {} bytes of shared memory a block; this device gives {}", smem,
               limit);

@@ -339,7 +339,11 @@ size_t attention_codebook_smem(int group, int head_dim) {
 void launch_attention_codebook(const CbAttnArgs& a, void* stream) {
   cudaStream_t st = static_cast<cudaStream_t>(stream);
   const size_t smem = attention_codebook_smem(a.n_heads / a.n_kv_heads, a.head_dim);
-  if (smem > 48 * 1024) cudaFuncSetAttribute(attn_partial_cb, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  // Above 48 KB a block must opt in; if that fails, the launch is skipped and the caller's
+  // cudaGetLastError() reports why.
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(attn_partial_cb, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return;
   attn_partial_cb<<<dim3(unsigned(a.nsplit), unsigned(a.T * a.n_kv_heads)), kThreads, smem, st>>>(a);
   attn_combine<<<dim3(unsigned(a.T * a.n_heads)), kThreads, 0, st>>>(
       Partials{a.n_heads, a.n_kv_heads, a.head_dim, a.nsplit, a.part, a.out});

@@ -147,7 +147,9 @@ int max_block_smem() {
 void launch_hadamard(const HadamardArgs& a, void* stream) {
   if (a.rows <= 0) return;
   const size_t smem = size_t(a.pow2 * a.m) * sizeof(float);
-  if (smem > 48 * 1024) cudaFuncSetAttribute(hadamard_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (smem > 48 * 1024 &&  // opt in; on failure skip the launch: the caller's cudaGetLastError() says why
+      cudaFuncSetAttribute(hadamard_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) != cudaSuccess)
+    return;
   hadamard_kernel<<<grid_for(a.rows), kThreads, smem, st(stream)>>>(a);
 }
 

@@ -113,7 +113,7 @@ void attention_packed(const AttnShape& s, const float* q, const float* prefix_k,
 // The same over a codebook body, as lowbit::attention_codebook: prefix keys scored with q, body keys
 // with q_body (null: q; a rotated model's body keys carry no R3, so the caller un-rotates q); cs
 // null when the body keys were stored after RoPE, else [rows, head_dim] cos | sin rows (device)
-// rotating body row b's key by cs + b·head_dim (KVQuant's pre-RoPE keys). Body rows are decoded 16
+// rotating body row b's key by cs + b·head_dim (KVQuant's pre-RoPE keys). Body rows are decoded 64
 // at a time into shared memory (outliers patched, keys rotated) per split of 128 keys; the splits
 // merged as attention_packed's. Synchronous; throws sinkq::Error as attention_packed does, and for
 // an odd head_dim or a group × head_dim needing more shared memory than the device gives a block.

@@ -163,6 +163,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
   extern __shared__ float smem[];
   const int H = a.n_heads, Hkv = a.n_kv_heads, D = a.head_dim, G = H / Hkv, half = D / 2;
   constexpr int R = kAttnSplitRows, C = kCbChunkRows;
+  const int LB = D + 1;  // buf's row stride: rows read at one column by a warp fall in distinct banks
   const int split = blockIdx.x;
   const int64_t t = blockIdx.y / Hkv;
   const int g = int(blockIdx.y % Hkv);
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
   float* qb = qs + G * D;        // [G][D] the same in the body keys' basis
   float* sc = qb + G * D;        // [G][R] scores, then exp(score - max)
   float* acc = sc + G * R;       // [G][D] the weighted sums
-  float* buf = acc + G * D;      // [C][D] decoded body rows
+  float* buf = acc + G * D;      // [C][D + 1] decoded body rows
   __shared__ float mx[kAttnMaxHeads], sum[kAttnMaxHeads];
   const int64_t hi = a.P + a.n_past + t;
   const int64_t lo = a.window > 0 && hi - a.window + 1 > 0 ? hi - a.window + 1 : 0;
@@ -202,14 +203,14 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
   const auto decode = [&](const CbBodyDev& body, int r0, int c, bool rope) {
     for (int e = threadIdx.x; e < c * D; e += blockDim.x) {
       const int r = e / D, d = e % D;
-      buf[e] = math::cb_dense(body, g, D, a0 + r0 + r - a.P, d);
+      buf[r * LB + d] = math::cb_dense(body, g, D, a0 + r0 + r - a.P, d);
     }
     __syncthreads();
     for (int r = threadIdx.x; r < c; r += blockDim.x) {
       const int64_t b = a0 + r0 + r - a.P;
       for (uint32_t e = body.row_ptr[b]; e < body.row_ptr[b + 1]; ++e) {
         const int col = math::cb_outlier_col(body, e, g, D);
-        if (col >= 0) buf[r * D + col] = math::cb_outlier_value(body, e);
+        if (col >= 0) buf[r * LB + col] = math::cb_outlier_value(body, e);
       }
     }
     __syncthreads();
@@ -217,7 +218,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
     for (int e = threadIdx.x; e < c * half; e += blockDim.x) {
       const int r = e / half, i = e % half;
       const float* row = a.cs + (a0 + r0 + r - a.P) * D;
-      math::rope_pair(buf[r * D + i], buf[r * D + half + i], row[i], row[half + i]);
+      math::rope_pair(buf[r * LB + i], buf[r * LB + half + i], row[i], row[half + i]);
     }
     __syncthreads();
   };
@@ -227,7 +228,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
     for (int idx = threadIdx.x; idx < G * c; idx += blockDim.x) {
       const int i = idx / c, r = idx % c;
       float dot = 0.0f;
-      for (int d = 0; d < D; ++d) dot = add_rn(dot, mul_rn(qb[i * D + d], buf[r * D + d]));
+      for (int d = 0; d < D; ++d) dot = add_rn(dot, mul_rn(qb[i * D + d], buf[r * LB + d]));
       sc[i * R + r0 + r] = capped(mul_rn(a.scale, dot));
     }
     __syncthreads();
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kThreads) attn_partial_cb(CbAttnArgs a) {
     for (int idx = threadIdx.x; idx < G * D; idx += blockDim.x) {
       const int i = idx / D, d = idx % D;
       float o = acc[idx];
-      for (int r = 0; r < c; ++r) o = add_rn(o, mul_rn(sc[i * R + r0 + r], buf[r * D + d]));
+      for (int r = 0; r < c; ++r) o = add_rn(o, mul_rn(sc[i * R + r0 + r], buf[r * LB + d]));
       acc[idx] = o;
     }
     __syncthreads();
@@ -333,7 +334,7 @@ void launch_attention(const AttnArgs& a, void* stream) {
 }
 
 size_t attention_codebook_smem(int group, int head_dim) {
-  return size_t(3 * group * head_dim + group * kAttnSplitRows + kCbChunkRows * head_dim) * sizeof(float);
+  return size_t(3 * group * head_dim + group * kAttnSplitRows + kCbChunkRows * (head_dim + 1)) * sizeof(float);
 }
 
 void launch_attention_codebook(const CbAttnArgs& a, void* stream) {

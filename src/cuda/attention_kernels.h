@@ -57,8 +57,9 @@ struct CbBodyDev {
   const uint16_t* val = nullptr;
 };
 
-// Rows of a codebook body a thread block decodes into shared memory at a time.
-inline constexpr int kCbChunkRows = 16;
+// Rows of a codebook body a thread block decodes into shared memory at a time (64: at a group of 1
+// query head, half the block's threads score a row each).
+inline constexpr int kCbChunkRows = 64;
 
 // Attention over [fp32 prefix; codebook body] (lowbit::attention_codebook's semantics): prefix keys
 // scored with q, body keys with q_body (= q when null), body keys rotated by cs rows when given

@@ -21,7 +21,8 @@ DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
     : kv_heads_(c.kv_heads()), head_dim_(c.head_dim()), capacity_(c.capacity()) {
   SINKQ_CHECK(layer >= 0 && layer < c.num_layers(), "cuda attention: layer {} of {}", layer, c.num_layers());
   const lowbit::FormatDesc& t = c.info();
-  dynamic_ = t.dynamic(), symmetric_ = t.symmetric, per_head_ = t.granularity == quant::Granularity::PerHead;
+  dynamic_ = t.dynamic(), symmetric_ = t.symmetric;
+  per_head_ = t.granularity == quant::Granularity::PerHead || t.granularity == quant::Granularity::PerHeadShared;
   const int64_t nparam = lowbit::kv_param_count(t, kv_heads_, capacity_);
   for (const bool value : {false, true}) {
     Side& side = value ? v_ : k_;
@@ -40,7 +41,6 @@ DeviceKvLayer::DeviceKvLayer(const lowbit::PackedKvCache& c, int layer)
 }
 
 void DeviceKvLayer::store(int64_t row0, const float* k, const float* v, int64_t T) {
-  SINKQ_CHECK(dynamic_, "cuda KV store: a static format's params are calibrated on the CPU (store there, then upload)");
   SINKQ_CHECK(row0 >= 0 && T >= 0 && row0 + T <= capacity_, "cuda KV store: rows [{}, {}) outside the capacity of {}",
               row0, row0 + T, capacity_);
   SINKQ_CHECK(T == 0 || (k && v), "cuda KV store: K or V without its device pointer");
@@ -57,12 +57,13 @@ void DeviceKvLayer::store(int64_t row0, const float* k, const float* v, int64_t 
       detail::KvStoreArgs a;
       a.x = x, a.T = n, a.row0 = row0 + t0;
       a.kv_heads = kv_heads_, a.head_dim = head_dim_, a.bits = side.bits;
-      a.symmetric = symmetric_, a.per_head = per_head_;
+      a.symmetric = symmetric_, a.per_head = per_head_, a.fixed = !dynamic_;
       a.codes = side.codes.as<uint8_t>(), a.scales = side.scales.as<float>(), a.zeros = side.zeros.as<uint8_t>();
       a.bad_row = bad_.as<int64_t>();
       detail::launch_kv_store(a, nullptr);
       check(cudaGetLastError(), "kv store launch");
       check(cudaDeviceSynchronize(), "kv store");
+      if (!dynamic_) continue;  // static formats refuse nothing (quantize_to_int clamps)
       int64_t bad = n;
       bad_.download(&bad, sizeof bad);
       if (bad < n) {

@@ -30,10 +30,10 @@ class DeviceKvLayer {
   int64_t capacity() const { return capacity_; }
   size_t bytes() const;
   // Quantizes k, v [T, kv_heads·head_dim] (device memory) into rows [row0, row0 + T), exactly as
-  // lowbit::PackedKvCache::store does on the CPU (the same codes, scales and zero points). Dynamic
-  // formats only (a static format's calibrated params stay on the CPU: throws sinkq::Error); a
-  // non-finite value is refused with its row and column (the call's rows are then not valid, as
-  // after the CPU store's error).
+  // lowbit::PackedKvCache::store does on the CPU (the same codes, scales and zero points; static
+  // formats with the calibrated params uploaded with the layer, codes only). Dynamic formats refuse
+  // a non-finite value with its row and column (the call's rows are then not valid, as after the
+  // CPU store's error); static ones clamp it as quant::quantize_to_int does.
   void store(int64_t row0, const float* k, const float* v, int64_t T);
   // The layer's K (value = false) or V arrays back on the host, as PackedKvCache holds them.
   struct HostArrays {

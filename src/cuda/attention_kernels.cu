@@ -269,6 +269,17 @@ __device__ inline float block_reduce(float v, bool is_max, float* red) {
   return v;
 }
 
+// The codes of a span of n values under (s, z), packed as uniform_int.h's rows (the block's threads).
+__device__ inline void write_codes(const float* x, int n, float s, int z, int bits, bool symmetric, uint8_t* dst) {
+  if (bits == 8) {
+    for (int j = threadIdx.x; j < n; j += blockDim.x) dst[j] = uint8_t(formats::uniform::encode(x[j], s, z, 8, symmetric));
+  } else {  // two codes a byte, the even column low (n is even: checked by the cache)
+    for (int j = threadIdx.x; j < n / 2; j += blockDim.x)
+      dst[j] = formats::uniform::pack_nibbles(formats::uniform::encode(x[2 * j], s, z, 4, symmetric),
+                                              formats::uniform::encode(x[2 * j + 1], s, z, 4, symmetric));
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) kv_store(KvStoreArgs a) {
   __shared__ float red[kThreads / 32];
   const int spans = a.per_head ? a.kv_heads : 1;
@@ -277,6 +288,13 @@ __global__ void __launch_bounds__(kThreads) kv_store(KvStoreArgs a) {
   const int64_t C = int64_t(a.kv_heads) * a.head_dim;
   const int n = a.per_head ? a.head_dim : int(C);  // the span's columns
   const float* x = a.x + i * C + int64_t(span) * n;
+  const int64_t row = a.row0 + i;
+  const int64_t rb = C * a.bits / 8;
+  uint8_t* dst = a.codes + row * rb + int64_t(span) * n * a.bits / 8;
+  if (a.fixed) {  // a static format: the calibrated (scale, zero) of this span; codes only
+    write_codes(x, n, a.scales[span], a.symmetric ? 0 : int(a.zeros[span]), a.bits, a.symmetric, dst);
+    return;
+  }
   float lo = 0.0f, hi = 0.0f;  // every range holds 0 (quant::Calibrator)
   int bad = 0;
   for (int j = threadIdx.x; j < n; j += blockDim.x) {
@@ -300,17 +318,8 @@ __global__ void __launch_bounds__(kThreads) kv_store(KvStoreArgs a) {
     s = guard_scale(__fdiv_rn(__fsub_rn(hi, lo), denom));
     z = int(rintf(fminf(fmaxf(__fdiv_rn(-lo, s), 0.0f), denom)));
   }
-  const int64_t row = a.row0 + i;
-  const int64_t rb = C * a.bits / 8, pos = row * spans + span;
-  uint8_t* dst = a.codes + row * rb + int64_t(span) * n * a.bits / 8;
-  if (a.bits == 8) {
-    for (int j = threadIdx.x; j < n; j += blockDim.x)
-      dst[j] = uint8_t(formats::uniform::encode(x[j], s, z, 8, a.symmetric));
-  } else {  // two codes a byte, the even column low (n is even: checked by the cache)
-    for (int j = threadIdx.x; j < n / 2; j += blockDim.x)
-      dst[j] = formats::uniform::pack_nibbles(formats::uniform::encode(x[2 * j], s, z, 4, a.symmetric),
-                                              formats::uniform::encode(x[2 * j + 1], s, z, 4, a.symmetric));
-  }
+  const int64_t pos = row * spans + span;
+  write_codes(x, n, s, z, a.bits, a.symmetric, dst);
   if (threadIdx.x == 0) {
     a.scales[pos] = s;
     if (!a.symmetric) a.zeros[pos] = uint8_t(z);

@@ -88,12 +88,15 @@ void launch_attention_codebook(const CbAttnArgs& a, void* stream);
 // quantize_to_int: the range [min(0, min x), max(0, max x)] (symmetric: max |x|), s = guard((hi -
 // lo) / (2^N - 1)) and z = rne(clamp(-lo / s, 0, 2^N - 1)) (symmetric: s = guard(absmax /
 // (2^(N-1) - 1)), z = 0), codes = encode(x, s, z), packed as uniform_int.h's rows. A span with a
-// non-finite value sets *bad_row = min(*bad_row, row) and writes nothing.
+// non-finite value sets *bad_row = min(*bad_row, row) and writes nothing. Static formats (fixed):
+// the span's calibrated scale and zero point are read from scales[span] / zeros[span] (one per kv
+// head, or one for the tensor) and only the codes are written, as quant::quantize_to_int does
+// (±inf clamped, NaN to the lowest code: nothing refused).
 struct KvStoreArgs {
   const float* x = nullptr;
   int64_t T = 0, row0 = 0;
   int kv_heads = 0, head_dim = 0, bits = 8;
-  bool symmetric = true, per_head = true;
+  bool symmetric = true, per_head = true, fixed = false;
   uint8_t* codes = nullptr;  // [capacity, kv_heads·head_dim·bits/8]
   float* scales = nullptr;   // [capacity, spans per row]
   uint8_t* zeros = nullptr;  // asymmetric: [capacity, spans per row]

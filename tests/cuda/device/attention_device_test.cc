@@ -198,18 +198,27 @@ TEST(CudaAttention, SmallCasesForTheSanitizers) {
 }
 
 // Rows stored on the device are the CPU store's bytes (codes, scales, zero points), for every
-// dynamic format, stored in uneven chunks; a non-finite value is refused naming K / V, row, column.
+// KV format, stored in uneven chunks. Dynamic formats: a non-finite value is refused naming K / V,
+// row, column. Static ones (params calibrated with clip 0.8 on the rows, so some values clip): the
+// codes under the uploaded params, ±inf and NaN clamped as quant::quantize_to_int clamps them.
 TEST(CudaKvStore, EqualsTheCpuStoreByteForByte) {
   std::string why;
   ASSERT_TRUE(device_available(&why)) << "no CUDA device: " << why;
   std::mt19937_64 rng(4046);
   for (const lowbit::FormatDesc& t : lowbit::kKvFormats) {
-    if (!t.dynamic()) continue;
     for (const auto& [Hkv, D] : {std::pair{2, 64}, std::pair{3, 20}, std::pair{4, 128}}) {
       SCOPED_TRACE(std::string(t.name) + " Hkv=" + std::to_string(Hkv) + " D=" + std::to_string(D));
       const int64_t rows = 37, C = int64_t(Hkv) * D;
-      lowbit::PackedKvCache cpu(t.format, 1, Hkv, D, rows + 3), empty(t.format, 1, Hkv, D, rows + 3);
       std::vector<float> k = rows_of(rng, rows, Hkv, D, 1.0f), v = rows_of(rng, rows, Hkv, D, 1.0f);
+      std::vector<quant::Params> sk, sv;
+      if (!t.dynamic()) {
+        quant::Calibrator ck(lowbit::kv_spec(t.format, D, 0.8f)), cv(lowbit::kv_spec(t.format, D, 0.8f));
+        ck.observe(k.data(), rows, C);
+        cv.observe(v.data(), rows, C);
+        sk.push_back(ck.params()), sv.push_back(cv.params());
+        k[size_t(3 * C + 1)] = INFINITY, k[size_t(3 * C + 2)] = -INFINITY, v[size_t(4 * C + 5)] = NAN;
+      }
+      lowbit::PackedKvCache cpu(t.format, 1, Hkv, D, rows + 3, sk, sv), empty(t.format, 1, Hkv, D, rows + 3, sk, sv);
       for (int64_t i = 0; i < C; ++i) k[size_t(5 * C + i)] = std::fabs(k[size_t(5 * C + i)]);  // a row >= 0 (asym: lo = 0)
       std::fill(v.begin() + 6 * C, v.begin() + 7 * C, 0.0f);                                  // an all-zero row
       DeviceKvLayer dev(empty, 0);
@@ -224,13 +233,15 @@ TEST(CudaKvStore, EqualsTheCpuStoreByteForByte) {
         const lowbit::KvRows r = cpu.rows(0, value, 0);
         const size_t nparam = size_t(lowbit::kv_param_count(t, Hkv, rows + 3));
         ASSERT_EQ(0, std::memcmp(got.codes.data(), r.codes, size_t(rows * r.ld))) << (value ? "V" : "K") << " codes";
-        const size_t used = t.granularity == quant::Granularity::PerHead ? size_t(rows * Hkv) : size_t(rows);
+        const size_t used = !t.dynamic() ? nparam  // the calibrated params, uploaded and left as they are
+                            : t.granularity == quant::Granularity::PerHead ? size_t(rows * Hkv) : size_t(rows);
         ASSERT_LE(used, nparam);
         ASSERT_EQ(0, std::memcmp(got.scales.data(), r.scale, used * sizeof(float))) << (value ? "V" : "K") << " scales";
         if (r.zero) {
           ASSERT_EQ(0, std::memcmp(got.zeros.data(), r.zero, used)) << (value ? "V" : "K") << " zeros";
         }
       }
+      if (!t.dynamic()) continue;  // static formats clamp (above), they do not refuse
       std::vector<float> badv = v;
       badv[size_t(2 * C + 7)] = NAN;
       const DeviceBuffer bd = to_device(badv);

@@ -25,6 +25,7 @@
 #include "core/error.h"
 #include "cuda/attention.h"
 #include "cuda/check.h"
+#include "cuda/dense.h"
 #include "cuda/linear.h"
 #include "cuda/linear_kernels.h"
 #include "lowbit/formats.h"
@@ -198,6 +199,32 @@ int main(int argc, char** argv) {
           std::printf("%-14s %6lld %6lld %-17s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
                       fname.c_str(), double(bytes) / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
         }
+      }
+      // The full-precision GEMV on the same engine (cuda/dense.h), f16 and bf16: torch_gemv.py's
+      // rows are the same shapes in PyTorch.
+      for (const DType dt : {DType::F16, DType::BF16}) {
+        std::vector<uint16_t> h(w.size());
+        for (size_t i = 0; i < w.size(); ++i) h[i] = dt == DType::F16 ? f32_to_f16(w[i]) : f32_to_bf16(w[i]);
+        Mat m;
+        m.dtype = dt, m.rows = s.n, m.cols = s.k, m.data = h.data();
+        std::vector<cuda::DeviceMat> copies;
+        copies.emplace_back(m);
+        const size_t bytes = copies[0].bytes();
+        const size_t want = std::max<size_t>(2, (size_t(4) * size_t(p.l2CacheSize) + bytes - 1) / bytes);
+        while (copies.size() < want) copies.emplace_back(m);
+        const double ms = median_ms(30, 20, [&](int i) { copies[size_t(i) % copies.size()].matmul(xd.as<float>(), 1, nullptr, yd.as<float>()); });
+        ck(cudaGetLastError(), "dense gemv");
+        const double gbs = double(bytes) / (ms * 1e-3) / 1e9;
+        const std::string fname = std::string(dtype_name(dt)) + " dense";
+        char buf[512];
+        std::snprintf(buf, sizeof buf,
+                      "%s{\"shape\": \"%s\", \"n\": %lld, \"k\": %lld, \"format\": \"%s\", \"unroll\": 0, "
+                      "\"bytes\": %zu, \"us\": %.3f, \"gb_s\": %.1f, \"pct_probe\": %.1f}",
+                      rows_json.empty() ? "" : ", ", s.model, (long long)s.n, (long long)s.k, fname.c_str(), bytes,
+                      ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
+        rows_json += buf;
+        std::printf("%-14s %6lld %6lld %-17s %10.2f %9.2f %8.0f %6.0f%%\n", s.model, (long long)s.n, (long long)s.k,
+                    fname.c_str(), double(bytes) / 1e6, ms * 1e3, gbs, 100.0 * gbs / probe_gbs);
       }
     }
     // Prefill on the int8 tensor cores (DeviceLinear::gemm): 512 tokens through the 7B / 1.5B

@@ -92,9 +92,10 @@ void reserve(DeviceBuffer& b, size_t bytes) {
 // ---- activations ---------------------------------------------------------------------------
 
 void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, DeviceActivations& act) {
-  const bool dynamic = q.format == lowbit::PackedFormat::A8_PerToken;
-  SINKQ_CHECK(dynamic || q.format == lowbit::PackedFormat::A8_PerTensor,
-              "cuda linear: activations {} are not taken on the device (A8_PerToken, A8_PerTensor)",
+  using lowbit::PackedFormat;
+  const bool dynamic = q.format == PackedFormat::A8_PerToken || q.format == PackedFormat::A4_PerToken;
+  SINKQ_CHECK(dynamic || q.format == PackedFormat::A8_PerTensor || q.format == PackedFormat::A4_PerTensor,
+              "cuda linear: activations {} are not taken on the device (A8 / A4, per token or per tensor)",
               lowbit::traits(q.format).name);
   SINKQ_CHECK(T >= 1 && T <= 65535 && cols >= 1 && cols <= lowbit::kMaxCols,
               "cuda linear: {} tokens x {} features: need 1..65535 tokens, 1..{} features", T, cols, lowbit::kMaxCols);
@@ -114,12 +115,12 @@ void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, Device
   act.bad.upload(&none, sizeof none);
   detail::QuantArgs a;
   a.x = x, a.T = T, a.cols = cols, a.ldc = act.ldc;
-  a.dynamic = dynamic, a.clip = q.clip, a.static_scale = q.static_scale;
+  a.dynamic = dynamic, a.clip = q.clip, a.static_scale = q.static_scale, a.bits = lowbit::traits(q.format).bits;
   a.codes = act.codes.as<int8_t>(), a.scales = act.scales.as<float>(), a.sums = act.sums.as<int32_t>();
   a.bad_token = act.bad.as<int64_t>();
-  detail::launch_quantize_a8(a, nullptr);
-  check_launch("quantize_a8 launch");
-  check(cudaDeviceSynchronize(), "quantize_a8");
+  detail::launch_quantize(a, nullptr);
+  check_launch("activation quantization launch");
+  check(cudaDeviceSynchronize(), "activation quantization");
   int64_t bad = none;
   act.bad.download(&bad, sizeof bad);
   if (bad < T) {

@@ -6,8 +6,9 @@
 //
 // Plain C++ (no CUDA types): the engine and the tests include it without nvcc. Built only with
 // -DSINKQ_CUDA=ON (src/cuda/CMakeLists.txt); every CUDA error becomes a sinkq::Error naming the
-// call. Prefill (T >= kGemmMinTokens) runs on the int8 tensor cores, the same bits. Not yet: W4A4
-// (A4 activations), CrossQuant's folded token scales, the rest of the model (docs/cuda.md).
+// call. Prefill (T >= kGemmMinTokens) runs on the int8 tensor cores, the same bits; A4 activations
+// are widened to int8 as on the CPU. Not yet: CrossQuant's folded token scales, the rest of the
+// model (docs/cuda.md).
 #pragma once
 
 #include <cstddef>
@@ -47,11 +48,13 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
-// How the linear quantizes its input: A8 per token (dynamic, clip) or per tensor (static scale).
+// How the linear quantizes its input: A8 or A4 per token (dynamic, clip) or per tensor (static
+// scale). A4 codes are held one per byte (values −8..7), so the same GEMV / GEMM multiply them:
+// the CPU widens A4 to int8 the same way, so the sums and outputs are its bits.
 struct ActQuant {
   lowbit::PackedFormat format = lowbit::PackedFormat::A8_PerToken;
-  float clip = 1.0f;          // A8_PerToken
-  float static_scale = 0.0f;  // A8_PerTensor: the calibrated scale (a positive normal fp32)
+  float clip = 1.0f;          // A8_PerToken / A4_PerToken
+  float static_scale = 0.0f;  // A8_PerTensor / A4_PerTensor: the calibrated scale (a positive normal fp32)
 };
 
 // The activation codes of one call on the device (reused between calls: grows, never shrinks).
@@ -93,8 +96,8 @@ class DeviceLinear {
   DeviceBuffer codes_, scales_, zeros_;
 };
 
-// Quantizes x [T, cols] (device) into act per q: codes padded to a multiple of 64 columns,
-// per-token scales, 32-column code sums. Synchronous (reads the non-finite flag back).
+// Quantizes x [T, cols] (device) into act per q: int8 codes (A4: −8..7) padded to a multiple of
+// 64 columns, per-token scales, 32-column code sums. Synchronous (reads the non-finite flag back).
 void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, DeviceActivations& act);
 
 }  // namespace sinkq::cuda

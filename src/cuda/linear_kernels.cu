@@ -1,4 +1,4 @@
-// sinkq/cuda/linear_kernels.cu — the device kernels of cuda/linear.h: A8 activation quantization
+// sinkq/cuda/linear_kernels.cu — the device kernels of cuda/linear.h: A8 / A4 activation quantization
 // and the packed W8 / W4 linear (decode GEMV; prefill on the int8 tensor cores), bit for bit
 // lowbit::quantize_dynamic / quantize_static and lowbit::ref::gemm (the arithmetic is
 // cuda/linear_math.h, shared with the host replay test).
@@ -24,7 +24,7 @@ using namespace math;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kQuantThreads = 256;
 
-__global__ void __launch_bounds__(kQuantThreads) quantize_a8_kernel(QuantArgs a) {
+__global__ void __launch_bounds__(kQuantThreads) quantize_kernel(QuantArgs a) {
   const int64_t t = blockIdx.x;
   const float* x = a.x + t * a.cols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_a8_kernel(QuantArgs a)
       float mm = wmax[0];
       for (int w = 1; w < nw; ++w) mm = fmaxf(mm, wmax[w]);
       // lowbit::quantize_dynamic: s = guard((clip · absmax) / (2^(N-1) - 1)), fp32, rounded once each.
-      scale = guard_scale(__fdiv_rn(__fmul_rn(a.clip, mm), 127.0f));
+      scale = guard_scale(__fdiv_rn(__fmul_rn(a.clip, mm), float((1 << (a.bits - 1)) - 1)));
     }
     __syncthreads();
     s = scale;
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_a8_kernel(QuantArgs a)
   const int64_t nsum = (a.cols + kSumCols - 1) / kSumCols, nchunk = a.ldc / kSumCols;
   for (int64_t k = warp; k < nchunk; k += nw) {
     const int64_t j = k * kSumCols + lane;
-    const int c = j < a.cols ? formats::uniform::encode(x[j], s, 0, 8, true) : 0;
+    const int c = j < a.cols ? formats::uniform::encode(x[j], s, 0, a.bits, true) : 0;
     a.codes[t * a.ldc + j] = int8_t(c);
     int sum = c;
     for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(kFull, sum, off);
@@ -278,8 +278,8 @@ void launch_gemm_tc(const GemvArgs& a, void* stream) {
   else gemm_tc_kernel<4, true><<<grid, kThreads, 0, st>>>(a);
 }
 
-void launch_quantize_a8(const QuantArgs& a, void* stream) {
-  quantize_a8_kernel<<<dim3(unsigned(a.T)), kQuantThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
+void launch_quantize(const QuantArgs& a, void* stream) {
+  quantize_kernel<<<dim3(unsigned(a.T)), kQuantThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
 }
 
 void launch_gemv(const GemvArgs& a, void* stream) {

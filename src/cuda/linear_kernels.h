@@ -8,14 +8,16 @@
 namespace sinkq::cuda::detail {
 
 // Activation quantization, one token per thread block: x [T, cols] fp32 -> codes [T, ldc] int8
-// (columns cols..ldc-1 zero), scales [T] (dynamic: s_t = guard(clip·absmax_t / 127); static: the
-// one given scale for every token), sums [T, ceil(cols / 32)] of the codes per 32-column chunk.
+// (columns cols..ldc-1 zero; `bits` 8, or 4 with codes −8..7 one per byte), scales [T] (dynamic:
+// s_t = guard(clip·absmax_t / (2^(bits−1) − 1)); static: the one given scale for every token),
+// sums [T, ceil(cols / 32)] of the codes per 32-column chunk.
 // Dynamic: a token with a non-finite value sets *bad_token = min(*bad_token, t) and writes nothing
 // else. Static: as quant::quantize_to_int (±inf clamp, NaN the lowest code).
 struct QuantArgs {
   const float* x = nullptr;
   int64_t T = 0, cols = 0, ldc = 0;
   bool dynamic = true;
+  int bits = 8;
   float clip = 1.0f;          // dynamic
   float static_scale = 0.0f;  // static
   int8_t* codes = nullptr;
@@ -23,7 +25,7 @@ struct QuantArgs {
   int32_t* sums = nullptr;
   int64_t* bad_token = nullptr;
 };
-void launch_quantize_a8(const QuantArgs& a, void* stream);
+void launch_quantize(const QuantArgs& a, void* stream);
 
 // y[T, rows] = x̂ · ŵᵀ (+ bias) over lowbit::KernelWeights' arrays as uploaded: one thread block
 // per (16-row block, token). unroll: passes of 32 steps whose loads a thread issues together (1 or

@@ -3,7 +3,8 @@
 // of 32 steps, warp / group reductions, the group folds in order; and the tensor-core path's
 // weights widened to int8 levels, exact integer dots, folds at each group's end) written with the functions of
 // cuda/linear_math.h that the kernels call, held to lowbit::ref::gemm bit for bit on every weight
-// format, awkward shapes, clipped codes and a bias. The same bits on the device are the device
+// format × A8 / A4 activations (A4 one code per byte, as the device holds them), awkward shapes,
+// clipped codes and a bias. The same bits on the device are the device
 // test's (tests/cuda/device/linear_device_test.cc); this one runs in CI everywhere, so a change to
 // the shared arithmetic or to the layout it reads fails here first.
 #include <gtest/gtest.h>
@@ -35,7 +36,7 @@ struct Acts {
   int64_t T = 0, ldc = 0, nsum = 0;
 };
 
-Acts quantize_like_device(const std::vector<float>& x, int64_t T, int64_t cols, float clip) {
+Acts quantize_like_device(const std::vector<float>& x, int64_t T, int64_t cols, float clip, int bits) {
   Acts a;
   a.T = T, a.ldc = (cols + 63) / 64 * 64, a.nsum = (cols + m::kSumCols - 1) / m::kSumCols;
   a.codes.assign(size_t(T * a.ldc), 0);
@@ -43,10 +44,10 @@ Acts quantize_like_device(const std::vector<float>& x, int64_t T, int64_t cols, 
   for (int64_t t = 0; t < T; ++t) {
     float mx = 0.0f;
     for (int64_t j = 0; j < cols; ++j) mx = std::max(mx, std::fabs(x[size_t(t * cols + j)]));
-    const float s = m::guard_scale(m::mul_rn(clip, mx) / 127.0f);
+    const float s = m::guard_scale(m::mul_rn(clip, mx) / float((1 << (bits - 1)) - 1));
     a.scales.push_back(s);
     for (int64_t j = 0; j < cols; ++j) {
-      const int c = formats::uniform::encode(x[size_t(t * cols + j)], s, 0, 8, true);
+      const int c = formats::uniform::encode(x[size_t(t * cols + j)], s, 0, bits, true);
       a.codes[size_t(t * a.ldc + j)] = int8_t(c);
       a.sums[size_t(t * a.nsum + j / m::kSumCols)] += c;
     }
@@ -205,20 +206,26 @@ TEST(CudaLinearMath, ReplayOfTheKernelsEqualsRefGemmBitForBit) {
             const std::vector<float> bias = normal(rng, N, 0, 1.0f);
             const PackedTensor wp = lowbit::quantize(wf, wv.data(), N, K, wclip);
             const KernelWeights kw = lowbit::repack(wp);
-            const Acts a = quantize_like_device(xv, T, K, 1.0f);
-            // The device quantizer's codes and scales are lowbit::quantize_dynamic's.
-            PackedTensor xp;
-            lowbit::quantize_dynamic(PackedFormat::A8_PerToken, xv.data(), T, K, 1.0f, xp);
-            ASSERT_EQ(0, std::memcmp(xp.scales.data(), a.scales.data(), a.scales.size() * sizeof(float)));
-            for (int64_t t = 0; t < T; ++t)
-              ASSERT_EQ(0, std::memcmp(xp.codes.data() + t * K, a.codes.data() + t * a.ldc, size_t(K)));
-            for (const bool with_bias : {false, true}) {
-              std::vector<float> want(size_t(T * N));
-              lowbit::ref::gemm(xp, wp, with_bias ? bias.data() : nullptr, want.data());
-              const std::vector<float> got = replay_gemv(kw, a, with_bias ? bias.data() : nullptr);
-              ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
-              const std::vector<float> tc = replay_gemm_tc(kw, a, with_bias ? bias.data() : nullptr);
-              ASSERT_EQ(0, std::memcmp(want.data(), tc.data(), want.size() * sizeof(float))) << "tensor-core path";
+            for (const PackedFormat af : {PackedFormat::A8_PerToken, PackedFormat::A4_PerToken}) {
+              const int abits = lowbit::traits(af).bits;
+              const Acts a = quantize_like_device(xv, T, K, 1.0f, abits);
+              // The device quantizer's codes (A4: one per byte) and scales are lowbit::quantize_dynamic's.
+              PackedTensor xp;
+              lowbit::quantize_dynamic(af, xv.data(), T, K, 1.0f, xp);
+              ASSERT_EQ(0, std::memcmp(xp.scales.data(), a.scales.data(), a.scales.size() * sizeof(float)));
+              const int64_t xrb = formats::uniform::row_bytes(abits, K);
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t j = 0; j < K; ++j)
+                  ASSERT_EQ(formats::uniform::code_at(xp.codes.data() + t * xrb, j, abits), int(a.codes[size_t(t * a.ldc + j)]))
+                      << lowbit::traits(af).name << " token " << t << " column " << j;
+              for (const bool with_bias : {false, true}) {
+                std::vector<float> want(size_t(T * N));
+                lowbit::ref::gemm(xp, wp, with_bias ? bias.data() : nullptr, want.data());
+                const std::vector<float> got = replay_gemv(kw, a, with_bias ? bias.data() : nullptr);
+                ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+                const std::vector<float> tc = replay_gemm_tc(kw, a, with_bias ? bias.data() : nullptr);
+                ASSERT_EQ(0, std::memcmp(want.data(), tc.data(), want.size() * sizeof(float))) << "tensor-core path";
+              }
             }
             ++cases;
           }

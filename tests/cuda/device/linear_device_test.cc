@@ -1,9 +1,10 @@
 // tests/cuda/device/linear_device_test.cc — the device linear (cuda/linear.h) against the CPU, on a
 // GPU: the activation codes, scales and outputs bit for bit lowbit::quantize_dynamic /
 // quantize_static + lowbit::gemm (which equals lowbit::ref::gemm bit for bit) on every weight
-// format, odd shapes, decode and multi-token calls (both GEMV variants and the tensor-core GEMM),
-// clipped codes and a bias; every output element written (the output is poisoned with NaN first); fresh random inputs per case; bad input
-// refused with the token and feature named. Built with -DSINKQ_CUDA=ON, not registered with ctest
+// format × A8 / A4 activations, odd shapes, decode and multi-token calls (both GEMV variants and
+// the tensor-core GEMM), clipped codes and a bias; every output element written (the output is
+// poisoned with NaN first); fresh random inputs per case; bad input refused with the token and
+// feature named. Built with -DSINKQ_CUDA=ON, not registered with ctest
 // (CI has no GPU): scripts/device_check.sh runs it, and under compute-sanitizer. Without a device
 // it fails, it does not skip: it is only ever run where one must be.
 #include <gmock/gmock.h>
@@ -19,6 +20,7 @@
 #include "cuda/linear.h"
 #include "device_util.h"
 #include "formats/quantizer.h"
+#include "formats/uniform_int.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
 
@@ -54,9 +56,12 @@ class CudaLinear : public ::testing::Test {
 // One case: W in format wf, x [T, K], optional bias; the device's y against the CPU's bits, and
 // the device's activation codes / scales against lowbit's.
 void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int64_t T, bool static_act, float wclip,
-                bool with_bias) {
+                bool with_bias, int abits = 8) {
+  const PackedFormat dyn = abits == 8 ? PackedFormat::A8_PerToken : PackedFormat::A4_PerToken;
+  const PackedFormat stat = abits == 8 ? PackedFormat::A8_PerTensor : PackedFormat::A4_PerTensor;
   SCOPED_TRACE(std::string(lowbit::traits(wf).name) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
-               " T=" + std::to_string(T) + (static_act ? " static" : " dynamic") + " wclip=" + std::to_string(wclip) +
+               " T=" + std::to_string(T) + (static_act ? " static" : " dynamic") + " A" + std::to_string(abits) +
+               " wclip=" + std::to_string(wclip) +
                (with_bias ? " bias" : ""));
   const std::vector<float> wv = normal(rng, N * K, 7, 6.0f), xv = normal(rng, T * K, 11, 40.0f);
   const std::vector<float> bias = normal(rng, N, 0, 1.0f);
@@ -65,12 +70,13 @@ void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int
   PackedTensor xp;
   ActQuant aq;
   if (static_act) {
-    const quant::Params p = quant::compute_params(lowbit::quant_spec(PackedFormat::A8_PerTensor, 0.9f), xv.data(), T, K);
-    lowbit::quantize_static(PackedFormat::A8_PerTensor, xv.data(), T, K, p, xp);
-    aq.format = PackedFormat::A8_PerTensor;
+    const quant::Params p = quant::compute_params(lowbit::quant_spec(stat, 0.9f), xv.data(), T, K);
+    lowbit::quantize_static(stat, xv.data(), T, K, p, xp);
+    aq.format = stat;
     aq.static_scale = p.scale[0];
   } else {
-    lowbit::quantize_dynamic(PackedFormat::A8_PerToken, xv.data(), T, K, 1.0f, xp);
+    aq.format = dyn;
+    lowbit::quantize_dynamic(dyn, xv.data(), T, K, 1.0f, xp);
   }
   std::vector<float> want(size_t(T * N));
   lowbit::gemm(xp, kw, with_bias ? bias.data() : nullptr, want.data());
@@ -102,7 +108,10 @@ void check_case(std::mt19937_64& rng, PackedFormat wf, int64_t N, int64_t K, int
   std::vector<float> scales(static_cast<size_t>(T));
   act.scales.download(scales.data(), scales.size() * sizeof(float));
   for (int64_t t = 0; t < T; ++t) {
-    ASSERT_EQ(0, std::memcmp(xp.codes.data() + t * K, codes.data() + t * act.ldc, size_t(K))) << "token " << t;
+    const int64_t rb = formats::uniform::row_bytes(abits, K);  // A4: packed on the CPU, one per byte here
+    for (int64_t j = 0; j < K; ++j)
+      ASSERT_EQ(formats::uniform::code_at(xp.codes.data() + t * rb, j, abits), int(codes[size_t(t * act.ldc + j)]))
+          << "token " << t << ", column " << j;
     for (int64_t j = K; j < act.ldc; ++j) ASSERT_EQ(codes[size_t(t * act.ldc + j)], 0) << "padding of token " << t;
     ASSERT_EQ(std::memcmp(&scales[size_t(t)], &xp.scales[static_act ? 0 : size_t(t)], sizeof(float)), 0);
   }
@@ -118,7 +127,8 @@ TEST_F(CudaLinear, EqualsTheCpuBitForBitOnEveryWeightFormat) {
       for (const int64_t N : {int64_t(1), int64_t(37), int64_t(300)})
         for (const int64_t T : {int64_t(1), int64_t(5), int64_t(70)})  // 70: two tensor-core token tiles
           for (const bool static_act : {false, true})
-            check_case(rng, wf, N, K, T, static_act, static_act ? 0.8f : 1.0f, T == 5);
+            for (const int abits : {8, 4})  // W8A8 / W4A8 and W8A4 / W4A4 (PrefixQuant's)
+              check_case(rng, wf, N, K, T, static_act, static_act ? 0.8f : 1.0f, T == 5, abits);
   }
 }
 
@@ -160,7 +170,7 @@ TEST_F(CudaLinear, RefusesNonFiniteInputNamingTokenAndFeature) {
   EXPECT_THROW(dl.forward(x.as<float>(), 0, ActQuant{}, nullptr, y.as<float>(), act), Error);
   EXPECT_THROW(dl.forward(nullptr, 3, ActQuant{}, nullptr, y.as<float>(), act), Error);
   EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{}, nullptr, nullptr, act), Error);
-  EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A4_PerToken}, nullptr, y.as<float>(), act), Error);
+  EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::W8_PerRow}, nullptr, y.as<float>(), act), Error);
   EXPECT_THROW(dl.forward(x.as<float>(), 3, ActQuant{PackedFormat::A8_PerTensor, 1.0f, 0.0f}, nullptr, y.as<float>(), act),
                Error);
 }

@@ -91,15 +91,28 @@ void reserve(DeviceBuffer& b, size_t bytes) {
 
 // ---- activations ---------------------------------------------------------------------------
 
+DeviceCrossFold::DeviceCrossFold(const quant::CrossFold& f) : bits(f.bits), alpha(f.alpha), cols(f.cols()) {
+  SINKQ_CHECK(cols >= 1 && (bits == 8 || bits == 4), "cuda linear: a CrossQuant fold of {} bits over {} columns", bits,
+              cols);
+  b = DeviceBuffer(size_t(cols) * sizeof(float));
+  b.upload(f.b.data(), b.bytes());
+}
+
 void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, DeviceActivations& act) {
   using lowbit::PackedFormat;
   const bool dynamic = q.format == PackedFormat::A8_PerToken || q.format == PackedFormat::A4_PerToken;
   SINKQ_CHECK(dynamic || q.format == PackedFormat::A8_PerTensor || q.format == PackedFormat::A4_PerTensor,
               "cuda linear: activations {} are not taken on the device (A8 / A4, per token or per tensor)",
               lowbit::traits(q.format).name);
+  const int bits = lowbit::traits(q.format).bits;
   SINKQ_CHECK(T >= 1 && T <= 65535 && cols >= 1 && cols <= lowbit::kMaxCols,
               "cuda linear: {} tokens x {} features: need 1..65535 tokens, 1..{} features", T, cols, lowbit::kMaxCols);
-  if (dynamic) SINKQ_CHECK(q.clip > 0.0f && q.clip <= 1.0f, "cuda linear: clip ratio {} outside (0, 1]", q.clip);
+  if (q.cross)
+    SINKQ_CHECK(dynamic && q.cross->bits == bits && q.cross->cols == cols,
+                "cuda linear: a CrossQuant fold of {} bits over {} columns for {} activations over {} features",
+                q.cross->bits, q.cross->cols, lowbit::traits(q.format).name, cols);
+  else if (dynamic)
+    SINKQ_CHECK(q.clip > 0.0f && q.clip <= 1.0f, "cuda linear: clip ratio {} outside (0, 1]", q.clip);
   else
     SINKQ_CHECK(q.static_scale >= FLT_MIN && q.static_scale <= FLT_MAX,
                 "cuda linear: static scale {} is not a positive normal fp32", q.static_scale);
@@ -113,23 +126,42 @@ void quantize(const float* x, int64_t T, int64_t cols, const ActQuant& q, Device
   reserve(act.bad, sizeof(int64_t));
   const int64_t none = T;
   act.bad.upload(&none, sizeof none);
-  detail::QuantArgs a;
-  a.x = x, a.T = T, a.cols = cols, a.ldc = act.ldc;
-  a.dynamic = dynamic, a.clip = q.clip, a.static_scale = q.static_scale, a.bits = lowbit::traits(q.format).bits;
-  a.codes = act.codes.as<int8_t>(), a.scales = act.scales.as<float>(), a.sums = act.sums.as<int32_t>();
-  a.bad_token = act.bad.as<int64_t>();
-  detail::launch_quantize(a, nullptr);
-  check_launch("activation quantization launch");
-  check(cudaDeviceSynchronize(), "activation quantization");
-  int64_t bad = none;
-  act.bad.download(&bad, sizeof bad);
-  if (bad < T) {
+  // A token a kernel flagged: the first non-finite feature of its row, named.
+  const auto refuse_bad = [&](const char* what) {
+    check(cudaDeviceSynchronize(), what);
+    int64_t bad = none;
+    act.bad.download(&bad, sizeof bad);
+    if (bad >= T) return;
     std::vector<float> row(static_cast<size_t>(cols));
     check(cudaMemcpy(row.data(), x + bad * cols, size_t(cols) * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy D2H");
     int64_t j = 0;
     while (j < cols && std::isfinite(row[size_t(j)])) ++j;
     fail("cuda linear: non-finite value {} at token {}, feature {}", j < cols ? row[size_t(j)] : NAN, bad, j);
+  };
+  detail::QuantArgs a;
+  a.x = x, a.T = T, a.cols = cols, a.ldc = act.ldc;
+  a.dynamic = dynamic, a.clip = q.clip, a.static_scale = q.static_scale, a.bits = bits;
+  if (q.cross) {  // z = x / b and its two maxima on the device; the token scales by the CPU's function
+    reserve(act.z, size_t(T * cols) * sizeof(float));
+    reserve(act.maxima, size_t(2 * T) * sizeof(float));
+    detail::CrossArgs c;
+    c.x = x, c.b = q.cross->b.as<float>(), c.T = T, c.cols = cols;
+    c.z = act.z.as<float>(), c.maxima = act.maxima.as<float>(), c.bad_token = act.bad.as<int64_t>();
+    detail::launch_cross_fold(c, nullptr);
+    check_launch("CrossQuant fold launch");
+    refuse_bad("CrossQuant fold");
+    std::vector<float> m(size_t(2 * T)), s(static_cast<size_t>(T));
+    act.maxima.download(m.data(), m.size() * sizeof(float));
+    for (int64_t t = 0; t < T; ++t)
+      s[size_t(t)] = quant::cross_token_scale(bits, q.cross->alpha, m[size_t(2 * t)], m[size_t(2 * t + 1)]);
+    act.scales.upload(s.data(), s.size() * sizeof(float));
+    a.x = act.z.as<float>(), a.row_scales = act.scales.as<float>();
   }
+  a.codes = act.codes.as<int8_t>(), a.scales = act.scales.as<float>(), a.sums = act.sums.as<int32_t>();
+  a.bad_token = act.bad.as<int64_t>();
+  detail::launch_quantize(a, nullptr);
+  check_launch("activation quantization launch");
+  refuse_bad("activation quantization");
 }
 
 // ---- DeviceLinear --------------------------------------------------------------------------

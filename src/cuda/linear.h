@@ -7,8 +7,8 @@
 // Plain C++ (no CUDA types): the engine and the tests include it without nvcc. Built only with
 // -DSINKQ_CUDA=ON (src/cuda/CMakeLists.txt); every CUDA error becomes a sinkq::Error naming the
 // call. Prefill (T >= kGemmMinTokens) runs on the int8 tensor cores, the same bits; A4 activations
-// are widened to int8 as on the CPU. Not yet: CrossQuant's folded token scales, the rest of the
-// model (docs/cuda.md).
+// are widened to int8 as on the CPU; CrossQuant's folded columns (DeviceCrossFold). Not yet: the
+// rest of the model (docs/cuda.md).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +17,7 @@
 
 #include "cuda/linear_kernels.h"
 #include "lowbit/kernels.h"
+#include "quant/crossquant.h"
 
 namespace sinkq::cuda {
 
@@ -48,18 +49,33 @@ class DeviceBuffer {
   size_t n_ = 0;
 };
 
+// CrossQuant's static columns folded into the weights (quant/crossquant.h CrossFold): the fold
+// factors b on the device. The input of a linear then is z = fl32(x / b), quantized per token at
+// quant::cross_token_scale(bits, α, max|x_i|, max|z_i|) — formed on the host from the two maxima
+// the device reduces, with the CPU's own function, so the codes and scales are the CPU's bits.
+struct DeviceCrossFold {
+  explicit DeviceCrossFold(const quant::CrossFold& f);
+  int bits = 8;
+  float alpha = 0.15f;
+  int64_t cols = 0;
+  DeviceBuffer b;
+};
+
 // How the linear quantizes its input: A8 or A4 per token (dynamic, clip) or per tensor (static
 // scale). A4 codes are held one per byte (values −8..7), so the same GEMV / GEMM multiply them:
-// the CPU widens A4 to int8 the same way, so the sums and outputs are its bits.
+// the CPU widens A4 to int8 the same way, so the sums and outputs are its bits. cross (per-token
+// formats only, its bits theirs): CrossQuant's folded rule instead of the dynamic one.
 struct ActQuant {
   lowbit::PackedFormat format = lowbit::PackedFormat::A8_PerToken;
   float clip = 1.0f;          // A8_PerToken / A4_PerToken
   float static_scale = 0.0f;  // A8_PerTensor / A4_PerTensor: the calibrated scale (a positive normal fp32)
+  const DeviceCrossFold* cross = nullptr;
 };
 
 // The activation codes of one call on the device (reused between calls: grows, never shrinks).
 struct DeviceActivations {
   DeviceBuffer codes, scales, sums, bad;
+  DeviceBuffer z, maxima;  // CrossQuant: x / b [T, cols], and (max |x_i|, max |z_i|) per token
   int64_t T = 0, cols = 0, ldc = 0, nsum = 0;
 };
 

@@ -28,8 +28,8 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(QuantArgs a) {
   const int64_t t = blockIdx.x;
   const float* x = a.x + t * a.cols;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  float s = a.static_scale;
-  if (a.dynamic) {
+  float s = a.row_scales ? a.row_scales[t] : a.static_scale;
+  if (a.dynamic && !a.row_scales) {
     __shared__ float wmax[kQuantThreads / 32];
     __shared__ float scale;
     float m = 0.0f;
@@ -66,6 +66,37 @@ __global__ void __launch_bounds__(kQuantThreads) quantize_kernel(QuantArgs a) {
     if (lane == 0 && k < nsum) a.sums[t * nsum + k] = sum;
   }
   if (threadIdx.x == 0) a.scales[t] = s;
+}
+
+__global__ void __launch_bounds__(kQuantThreads) cross_fold_kernel(CrossArgs a) {
+  const int64_t t = blockIdx.x;
+  const float* x = a.x + t * a.cols;
+  float* z = a.z + t * a.cols;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  float mx = 0.0f, mz = 0.0f;
+  int bad = 0;
+  for (int64_t j = threadIdx.x; j < a.cols; j += blockDim.x) {
+    const float v = x[j], zv = __fdiv_rn(v, a.b[j]);
+    bad |= !isfinite(v);
+    z[j] = zv;
+    mx = fmaxf(mx, fabsf(v));
+    mz = fmaxf(mz, fabsf(zv));
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, off));
+    mz = fmaxf(mz, __shfl_xor_sync(kFull, mz, off));
+  }
+  __shared__ float wx[kQuantThreads / 32], wz[kQuantThreads / 32];
+  if (lane == 0) wx[warp] = mx, wz[warp] = mz;
+  bad = __syncthreads_or(bad);
+  if (threadIdx.x == 0) {
+    if (bad) {
+      atomicMin(reinterpret_cast<unsigned long long*>(a.bad_token), static_cast<unsigned long long>(t));
+      return;
+    }
+    for (int w = 1; w < nw; ++w) wx[0] = fmaxf(wx[0], wx[w]), wz[0] = fmaxf(wz[0], wz[w]);
+    a.maxima[2 * t] = wx[0], a.maxima[2 * t + 1] = wz[0];
+  }
 }
 
 // One thread block per (16-row block b, token t); thread tid takes quarter q = tid % 4 (rows
@@ -276,6 +307,10 @@ void launch_gemm_tc(const GemvArgs& a, void* stream) {
   if (a.bits == 8) gemm_tc_kernel<8, false><<<grid, kThreads, 0, st>>>(a);
   else if (!a.grouped) gemm_tc_kernel<4, false><<<grid, kThreads, 0, st>>>(a);
   else gemm_tc_kernel<4, true><<<grid, kThreads, 0, st>>>(a);
+}
+
+void launch_cross_fold(const CrossArgs& a, void* stream) {
+  cross_fold_kernel<<<dim3(unsigned(a.T)), kQuantThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
 }
 
 void launch_quantize(const QuantArgs& a, void* stream) {

@@ -18,6 +18,7 @@ struct QuantArgs {
   int64_t T = 0, cols = 0, ldc = 0;
   bool dynamic = true;
   int bits = 8;
+  const float* row_scales = nullptr;  // given per-token scales (CrossQuant): codes at them, as static
   float clip = 1.0f;          // dynamic
   float static_scale = 0.0f;  // static
   int8_t* codes = nullptr;
@@ -26,6 +27,19 @@ struct QuantArgs {
   int64_t* bad_token = nullptr;
 };
 void launch_quantize(const QuantArgs& a, void* stream);
+
+// CrossQuant's fold, one token per thread block: z [T, cols] = fl32(x / b), maxima [T][2] =
+// (max_j |x_tj|, max_j |z_tj|) (exact: maxima of the same values in any order). A token with a
+// non-finite value sets *bad_token = min(*bad_token, t).
+struct CrossArgs {
+  const float* x = nullptr;
+  const float* b = nullptr;
+  int64_t T = 0, cols = 0;
+  float* z = nullptr;
+  float* maxima = nullptr;
+  int64_t* bad_token = nullptr;
+};
+void launch_cross_fold(const CrossArgs& a, void* stream);
 
 // y[T, rows] = x̂ · ŵᵀ (+ bias) over lowbit::KernelWeights' arrays as uploaded: one thread block
 // per (16-row block, token). unroll: passes of 32 steps whose loads a thread issues together (1 or

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -23,6 +24,7 @@
 #include "formats/uniform_int.h"
 #include "lowbit/formats.h"
 #include "lowbit/kernels.h"
+#include "quant/crossquant.h"
 
 namespace sinkq::cuda {
 namespace {
@@ -149,6 +151,66 @@ TEST_F(CudaLinear, EqualsTheCpuAtModelShapes) {
   for (const auto& s : shapes)
     for (const PackedFormat wf : {PackedFormat::W8_PerRow, PackedFormat::W4_G128_Asym, PackedFormat::W4_G32_Asym})
       for (const int64_t T : {int64_t(1), int64_t(16)}) check_case(rng, wf, s[0], s[1], T, false, 1.0f, false);
+}
+
+// CrossQuant's static columns folded (quant/crossquant.h): z = x / b on the device, the token
+// scales from its two maxima by the CPU's cross_token_scale, the codes at them — the CPU's codes,
+// scales and outputs bit for bit (quant::cross_fold_scales + lowbit::quantize_rows + lowbit::gemm),
+// at A8 (a value above its calibrated column maximum widens its row) and A4 (clamped), α 0.15 and
+// 1 (dynamic per token); a non-finite input named.
+TEST_F(CudaLinear, CrossQuantFoldIsTheCpusBitForBit) {
+  std::mt19937_64 rng(4044);
+  for (const int abits : {8, 4})
+    for (const float alpha : {0.15f, 1.0f})
+      for (const int64_t T : {int64_t(1), int64_t(20)}) {
+        SCOPED_TRACE("A" + std::to_string(abits) + " alpha " + std::to_string(alpha) + " T " + std::to_string(T));
+        const int64_t N = 37, K = 576;
+        const PackedFormat af = abits == 8 ? PackedFormat::A8_PerToken : PackedFormat::A4_PerToken;
+        const std::vector<float> calib = normal(rng, 64 * K, 11, 40.0f);
+        std::vector<float> colmax(static_cast<size_t>(K), 0.0f);
+        for (int64_t i = 0; i < 64; ++i)
+          for (int64_t j = 0; j < K; ++j) colmax[size_t(j)] = std::max(colmax[size_t(j)], std::fabs(calib[size_t(i * K + j)]));
+        colmax[7] = 0.0f;  // a column calibration never saw nonzero: not folded (b = 1)
+        const quant::CrossFold fold = quant::make_cross_fold(abits, alpha, colmax);
+        std::vector<float> xv = normal(rng, T * K, 11, 40.0f);
+        xv[size_t(K / 2)] = 3.0f * colmax[size_t(K / 2)];  // above its calibrated maximum
+        std::vector<float> z(xv.size()), sc(static_cast<size_t>(T));
+        quant::cross_fold_scales(fold, xv.data(), T, K, z.data(), sc.data());
+        PackedTensor xp;
+        lowbit::quantize_rows(af, z.data(), T, K, sc.data(), xp);
+        const std::vector<float> wv = normal(rng, N * K, 7, 6.0f);
+        const KernelWeights kw = lowbit::repack(lowbit::quantize(PackedFormat::W4_G128_Asym, wv.data(), N, K));
+        std::vector<float> want(size_t(T * N));
+        lowbit::gemm(xp, kw, nullptr, want.data());
+
+        const DeviceLinear dl(kw);
+        const DeviceCrossFold dfold(fold);
+        ActQuant aq;
+        aq.format = af, aq.cross = &dfold;
+        const DeviceBuffer x = to_device(xv);
+        DeviceActivations act;
+        DeviceBuffer y = to_device(std::vector<float>(size_t(T * N), NAN));
+        dl.forward(x.as<float>(), T, aq, nullptr, y.as<float>(), act);
+        const std::vector<float> got = from_device(y, size_t(T * N));
+        ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+        const std::vector<float> scales = from_device(act.scales, size_t(T));
+        ASSERT_EQ(0, std::memcmp(scales.data(), sc.data(), sc.size() * sizeof(float)));
+        std::vector<int8_t> codes(size_t(T * act.ldc));
+        act.codes.download(codes.data(), codes.size());
+        const int64_t rb = formats::uniform::row_bytes(abits, K);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t j = 0; j < K; ++j)
+            ASSERT_EQ(formats::uniform::code_at(xp.codes.data() + t * rb, j, abits), int(codes[size_t(t * act.ldc + j)]))
+                << "token " << t << ", column " << j;
+        xv[size_t((T - 1) * K + 9)] = NAN;
+        const DeviceBuffer xb = to_device(xv);
+        try {
+          dl.forward(xb.as<float>(), T, aq, nullptr, y.as<float>(), act);
+          ADD_FAILURE() << "a NaN input was accepted";
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), ::testing::HasSubstr("token " + std::to_string(T - 1) + ", feature 9"));
+        }
+      }
 }
 
 TEST_F(CudaLinear, RefusesNonFiniteInputNamingTokenAndFeature) {

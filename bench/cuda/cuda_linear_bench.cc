@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     };
     const Shape shapes[] = {{"1.5B q/o", 1536, 1536}, {"1.5B gate/up", 8960, 1536}, {"1.5B down", 1536, 8960},
                             {"1B gate/up", 5632, 2048}, {"1B down", 2048, 5632},     {"7B q", 4096, 4096},
-                            {"7B gate/up", 11008, 4096}, {"7B down", 4096, 11008}};
+                            {"7B gate/up", 11008, 4096}, {"7B down", 4096, 11008}, {"1.5B head", 151936, 1536}};
     const PackedFormat formats[] = {PackedFormat::W8_PerRow, PackedFormat::W4_PerRow, PackedFormat::W4_G128_Asym,
                                     PackedFormat::W4_G32_Asym};
     std::mt19937_64 rng(7);

@@ -6,7 +6,7 @@ import torch
 
 SHAPES = [("1.5B q/o", 1536, 1536), ("1.5B gate/up", 8960, 1536), ("1.5B down", 1536, 8960),
           ("1B gate/up", 5632, 2048), ("1B down", 2048, 5632), ("7B q", 4096, 4096),
-          ("7B gate/up", 11008, 4096), ("7B down", 4096, 11008)]
+          ("7B gate/up", 11008, 4096), ("7B down", 4096, 11008), ("1.5B head", 151936, 1536)]
 
 
 def median_us(fn, reps=30, inner=20):

@@ -45,7 +45,7 @@ for tool in memcheck racecheck; do
 done
 
 step "benchmark"
-run timeout 180 "$B/bin/sinkq_cuda_bench" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+run timeout 240 "$B/bin/sinkq_cuda_bench" --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
 summary+=("bench: rc=$?")
 
 step "PyTorch baseline"

@@ -61,6 +61,7 @@ run w4a4-cross --w-bits 4 --a-bits 4 --a-quant cross --a-alpha 0.15 --kld
 # CrossQuant's deployable form: static column maxima from CAL, folded into the weights.
 run w8a8kv8-cross-static --w-bits 8 --a-bits 8 --a-quant cross --a-alpha 0.15 --a-cross-cols static "${CAL[@]}" --kv-bits 8 --kld
 run w4a4-cross-static --w-bits 4 --a-bits 4 --a-quant cross --a-alpha 0.15 --a-cross-cols static "${CAL[@]}" --kld
+run w8a8kv8-cross-static-a05 --w-bits 8 --a-bits 8 --a-quant cross --a-alpha 0.5 --a-cross-cols static "${CAL[@]}" --kv-bits 8 --kld
 if [[ -n ${ONLY:-} ]]; then
   run_row fp
   for name in $ONLY; do
